@@ -1,7 +1,99 @@
-"""reproit-otel: reproducible production failures from OpenTelemetry."""
+"""reproit-otel: production failures made reproducible from the OpenTelemetry a service runs.
+
+The public names are re-exported here; each lives in a module named after what it owns.
+They are loaded on first use, so ``import reproit_otel`` stays cheap for the
+``opentelemetry-instrument`` start-up path and the CLI.
+
+Wire core (pure, PROTOCOL section 10): :func:`canonical_json`, :func:`ordered_json`,
+:func:`redact`, :func:`is_secret_key`, :func:`bounded_body`, :func:`bounded_headers`,
+:class:`TraceContext`, :func:`trace_context_from_headers`, :class:`BackendTrace`,
+:class:`TraceError`, :func:`reset_sequence`, :func:`marked_oracle`, :func:`selection`,
+:func:`http_input`, :func:`build_capture_batch`, :func:`capture_payload`,
+:class:`ReplaySession`, :func:`serve_http`, :func:`serve_pg`, :func:`matches`,
+:func:`body_delta`, :func:`url_path_and_query`, :func:`operation_key`, :class:`ReplayRNG`.
+
+Runtime: :func:`install` (wire the processor and recorders into a ``TracerProvider``).
+"""
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from reproit_otel._version import __version__
 
-__all__ = ["__version__"]
+# Public name -> module that defines it.
+_EXPORTS: dict[str, str] = {
+    "AGENT_ORACLES": "reproit_otel.wire.trace",
+    "BackendTrace": "reproit_otel.wire.trace",
+    "CAPTURE_FORMAT": "reproit_otel.wire.capsule",
+    "CAPTURE_VERSION": "reproit_otel.wire.capsule",
+    "CapsuleError": "reproit_otel.errors",
+    "CaptureEnvironment": "reproit_otel.wire.batch",
+    "CaptureSettings": "reproit_otel.wire.batch",
+    "ConfigurationError": "reproit_otel.errors",
+    "DivergedError": "reproit_otel.errors",
+    "MissingFixtureError": "reproit_otel.errors",
+    "ORACLE_MARKER_RESOURCE": "reproit_otel.wire.trace",
+    "ReplayRNG": "reproit_otel.wire.rng",
+    "ReplaySession": "reproit_otel.wire.replay",
+    "ReproitError": "reproit_otel.errors",
+    "SERVER_ERROR_ORACLE": "reproit_otel.wire.trace",
+    "ServedResponse": "reproit_otel.wire.replay",
+    "ToolCallError": "reproit_otel.errors",
+    "TraceContext": "reproit_otel.wire.trace",
+    "TraceError": "reproit_otel.errors",
+    "UNSET": "reproit_otel.wire._js",
+    "body_delta": "reproit_otel.wire.matching",
+    "bounded_body": "reproit_otel.wire.bounds",
+    "bounded_headers": "reproit_otel.wire.bounds",
+    "build_capture_batch": "reproit_otel.wire.batch",
+    "canonical_json": "reproit_otel.wire.canonical",
+    "capsule_from_batch": "reproit_otel.wire.capsule",
+    "capture_eligibility": "reproit_otel.wire.batch",
+    "capture_payload": "reproit_otel.wire.payload",
+    "http_input": "reproit_otel.wire.inputs",
+    "is_secret_key": "reproit_otel.wire.redaction",
+    "load_capsule": "reproit_otel.wire.capsule",
+    "marked_oracle": "reproit_otel.wire.trace",
+    "matches": "reproit_otel.wire.matching",
+    "operation_key": "reproit_otel.wire.matching",
+    "ordered_json": "reproit_otel.wire.canonical",
+    "redact": "reproit_otel.wire.redaction",
+    "reset_sequence": "reproit_otel.wire.trace",
+    "selection": "reproit_otel.wire.inputs",
+    "serve_http": "reproit_otel.wire.replay",
+    "serve_pg": "reproit_otel.wire.replay",
+    "trace_context_from_headers": "reproit_otel.wire.trace",
+    "url_path_and_query": "reproit_otel.wire.urls",
+    "validate_capsule": "reproit_otel.wire.capsule",
+}
+
+__all__ = sorted([*_EXPORTS, "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'reproit_otel' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from reproit_otel.errors import (
+        CapsuleError,
+        ConfigurationError,
+        DivergedError,
+        MissingFixtureError,
+        ReproitError,
+        ToolCallError,
+        TraceError,
+    )
+    from reproit_otel.wire._js import UNSET
+    from reproit_otel.wire.canonical import canonical_json, ordered_json

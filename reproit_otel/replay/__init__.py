@@ -1,0 +1,98 @@
+"""Hermetic replay: serve a recorded operation's calls instead of making them.
+
+Set ``REPROIT_REPLAY`` to a capsule (or a stored capture batch) and start the application the
+usual way (under ``opentelemetry-instrument``, or with :func:`reproit_otel.install`). The
+bootstrap then calls :func:`install_replay`, which
+
+1. loads the file into the process's :class:`~reproit_otel.ReplaySession`,
+2. pins the capsule's determinism envelope (time zone, clock, :mod:`random`), and
+3. installs :class:`ReproitReplayInstrumentor`, which patches ``requests`` and ``psycopg2`` at
+   the same seams the recorders use, so a served call still produces its OpenTelemetry span.
+
+From then on no recorded library opens a socket: a call the recording holds is served from it,
+and any other call is a ``REPROIT:DIVERGENCE`` (HTTP 599, or ``DivergedError`` for SQL).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from collections.abc import Collection
+from typing import Any
+
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
+
+from reproit_otel.replay.envelope import PinnedEnvelope, pin_envelope
+from reproit_otel.replay.session import activate, active_session, deactivate, load_replay_file
+from reproit_otel.wire.replay import ReplaySession
+
+__all__ = ["ReproitReplayInstrumentor", "install_replay", "uninstall_replay"]
+
+_log = logging.getLogger("reproit_otel")
+
+# Each recorded library's replay instrumentor, by module and class name.
+_LIBRARY_INSTRUMENTORS = (
+    ("reproit_otel.instrumentation.requests", "RequestsReplayInstrumentor", "requests"),
+    ("reproit_otel.instrumentation.psycopg2", "Psycopg2ReplayInstrumentor", "psycopg2"),
+)
+
+_pinned: PinnedEnvelope | None = None
+
+
+def _library_instrumentors() -> list[BaseInstrumentor]:
+    found: list[BaseInstrumentor] = []
+    for module_name, class_name, library in _LIBRARY_INSTRUMENTORS:
+        try:
+            importlib.import_module(library)
+        except ImportError:
+            continue  # the application does not use this library; nothing to serve
+        module = importlib.import_module(module_name)
+        found.append(getattr(module, class_name)())
+    return found
+
+
+class ReproitReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+    """Installs the replay side of every recorded library that is importable."""
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return ()
+
+    def _instrument(self, **kwargs: Any) -> None:
+        for instrumentor in _library_instrumentors():
+            instrumentor.instrument(skip_dep_check=True)
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        for instrumentor in _library_instrumentors():
+            instrumentor.uninstrument()
+
+
+def install_replay(path: str | os.PathLike[str] | None = None) -> ReplaySession:
+    """Load ``path`` (default ``$REPROIT_REPLAY``), pin its envelope and serve its calls.
+
+    Calling it again while a session is active returns that session.
+    """
+    global _pinned
+    current = active_session()
+    if current is not None:
+        return current
+    target = path if path is not None else os.environ.get("REPROIT_REPLAY", "")
+    if not target:
+        raise ValueError("install_replay needs a capsule path or REPROIT_REPLAY")
+    session = load_replay_file(target)
+    activate(session)
+    _pinned = pin_envelope(getattr(session, "envelope", None))
+    for reason in _pinned.skipped:
+        _log.warning("reproit replay: envelope not fully pinned: %s", reason)
+    ReproitReplayInstrumentor().instrument()
+    return session
+
+
+def uninstall_replay() -> None:
+    """Restore every patched library, the clock, the time zone and :mod:`random`."""
+    global _pinned
+    ReproitReplayInstrumentor().uninstrument()
+    if _pinned is not None:
+        _pinned.restore()
+        _pinned = None
+    deactivate()

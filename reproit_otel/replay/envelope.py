@@ -1,0 +1,161 @@
+"""Pin the determinism envelope of a capsule for a replay run (PROTOCOL 7.7, decision D9).
+
+What is pinned, from the capsule's top-level ``envelope``:
+
+* ``tz`` → the ``TZ`` environment variable, applied with :func:`time.tzset`.
+* ``observedAtMs`` → the wall clock. The process clock starts at the recorded instant and keeps
+  advancing: :func:`time.time`, :func:`time.time_ns`, :meth:`datetime.datetime.now`,
+  :meth:`datetime.datetime.utcnow` and :meth:`datetime.date.today` all see it. This uses the
+  maintained ``time-machine`` library (``pip install reproit-otel[replay]``) rather than
+  patching C types by hand. Monotonic clocks are left alone.
+* ``replaySeed`` → the module-level functions of :mod:`random` (``random``, ``getrandbits``,
+  ``randint``, ``randrange``, ``choice``, ``choices``, ``sample``, ``uniform``, ``shuffle``
+  and the distributions built on them) draw from the RNG-S stream of the seed; ``random.seed``
+  becomes a no-op. Instances of :class:`random.Random` the application creates itself, and
+  ``secrets``/``os.urandom``, are not affected.
+
+A field that is absent or unusable is not pinned; :func:`pin_envelope` reports what it did.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from reproit_otel.wire.rng import ReplayRNG
+
+__all__ = ["PinnedEnvelope", "pin_envelope"]
+
+_RANDOM_FUNCTIONS = (
+    "random",
+    "getrandbits",
+    "randint",
+    "randrange",
+    "choice",
+    "choices",
+    "sample",
+    "uniform",
+    "shuffle",
+    "triangular",
+    "betavariate",
+    "expovariate",
+    "gammavariate",
+    "gauss",
+    "lognormvariate",
+    "normalvariate",
+    "vonmisesvariate",
+    "paretovariate",
+    "weibullvariate",
+    "randbytes",
+    "seed",
+)
+
+
+class _ReplayRandom(random.Random):
+    """A :class:`random.Random` whose stream is the replay RNG; reseeding does nothing."""
+
+    def __init__(self, rng: ReplayRNG) -> None:
+        self._rng = rng
+        super().__init__(0)
+
+    def seed(self, a: Any = None, version: int = 2) -> None:
+        # The base constructor seeds once; after that the recorded stream is kept.
+        if getattr(self, "_rng", None) is None:
+            super().seed(a, version)
+
+    def random(self) -> float:
+        return self._rng.random()
+
+    def getrandbits(self, k: int) -> int:
+        return self._rng.getrandbits(k)
+
+
+@dataclass
+class PinnedEnvelope:
+    """What :func:`pin_envelope` pinned, and how to undo it."""
+
+    tz: str | None = None
+    observed_at_ms: int | None = None
+    replay_seed: str | None = None
+    skipped: list[str] = field(default_factory=list)
+    _undo: list[Callable[[], None]] = field(default_factory=list, repr=False)
+
+    def restore(self) -> None:
+        """Undo every pin, newest first."""
+        while self._undo:
+            self._undo.pop()()
+
+
+def _pin_tz(tz: str, pinned: PinnedEnvelope) -> None:
+    previous = os.environ.get("TZ")
+    os.environ["TZ"] = tz
+    time.tzset()
+    pinned.tz = tz
+
+    def undo() -> None:
+        if previous is None:
+            os.environ.pop("TZ", None)
+        else:
+            os.environ["TZ"] = previous
+        time.tzset()
+
+    pinned._undo.append(undo)
+
+
+def _pin_clock(observed_at_ms: float, pinned: PinnedEnvelope) -> None:
+    try:
+        import time_machine
+    except ImportError:
+        pinned.skipped.append(
+            "clock: time-machine is not installed (pip install 'reproit-otel[replay]')"
+        )
+        return
+    traveller = time_machine.travel(observed_at_ms / 1000.0, tick=True)
+    traveller.start()
+    pinned.observed_at_ms = int(observed_at_ms)
+    pinned._undo.append(traveller.stop)
+
+
+def _pin_random(seed: str, pinned: PinnedEnvelope) -> None:
+    try:
+        rng = ReplayRNG(seed)
+    except ValueError:
+        pinned.skipped.append(f"random: seed {seed!r} is not hexadecimal")
+        return
+    instance = _ReplayRandom(rng)
+    previous = {name: getattr(random, name) for name in _RANDOM_FUNCTIONS if hasattr(random, name)}
+    for name in previous:
+        setattr(random, name, getattr(instance, name))
+    pinned.replay_seed = seed
+
+    def undo() -> None:
+        for name, function in previous.items():
+            setattr(random, name, function)
+
+    pinned._undo.append(undo)
+
+
+def pin_envelope(envelope: Mapping[str, Any] | None) -> PinnedEnvelope:
+    """Pin time zone, wall clock and :mod:`random` from a capsule ``envelope``."""
+    pinned = PinnedEnvelope()
+    if not isinstance(envelope, Mapping):
+        return pinned
+    tz = envelope.get("tz")
+    if isinstance(tz, str) and tz.strip():
+        _pin_tz(tz, pinned)
+    observed = envelope.get("observedAtMs")
+    if (
+        isinstance(observed, (int, float))
+        and not isinstance(observed, bool)
+        and math.isfinite(observed)
+    ):
+        _pin_clock(observed, pinned)
+    seed = envelope.get("replaySeed")
+    if isinstance(seed, str) and seed:
+        _pin_random(seed, pinned)
+    return pinned

@@ -1,0 +1,104 @@
+"""The replay session of this process.
+
+With ``REPROIT_REPLAY`` naming a capsule (``reproit-backend-capture``) or a stored
+``capture-batch-v1``, the bootstrap loads it once into a :class:`~reproit_otel.ReplaySession`
+and every replay instrumentor serves calls from it. A call the recording does not hold is a
+divergence: its ``REPROIT:DIVERGENCE`` line goes to the process's real standard error (file
+descriptor 2, never through ``logging`` or a captured ``sys.stderr``) so ``reproit-otel check``
+and the CI runner can read it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from reproit_otel.errors import CapsuleError
+from reproit_otel.wire.capsule import capsule_from_batch
+from reproit_otel.wire.replay import ReplaySession
+
+__all__ = [
+    "activate",
+    "active_session",
+    "deactivate",
+    "divergence_count",
+    "load_replay_file",
+    "report_divergence",
+]
+
+_lock = threading.Lock()
+_session: ReplaySession | None = None
+_divergences = 0
+
+
+def load_replay_file(path: str | os.PathLike[str]) -> ReplaySession:
+    """Load a capsule, or a capture batch projected to its capsule, into a replay session.
+
+    Raises :class:`~reproit_otel.errors.CapsuleError` when the file is missing, is not JSON,
+    or holds neither a capsule nor a batch that projects to one.
+    """
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as error:
+        raise CapsuleError(f"REPROIT_REPLAY names {file}, which cannot be read: {error}") from error
+    try:
+        document: Any = json.loads(text)
+    except ValueError as error:
+        raise CapsuleError(
+            f"REPROIT_REPLAY file {file} is not JSON ({error}); expected a "
+            "reproit-backend-capture capsule or a capture-batch-v1"
+        ) from error
+    if isinstance(document, dict) and "batchId" in document and "format" not in document:
+        capsule = capsule_from_batch(document)
+        if capsule is None:
+            raise CapsuleError(
+                f"REPROIT_REPLAY file {file} is a capture batch without an operation start, "
+                "a trigger or a failure observation, so it cannot be replayed"
+            )
+        document = capsule
+    if not isinstance(document, dict):
+        raise CapsuleError(f"REPROIT_REPLAY file {file} does not hold a JSON object")
+    return ReplaySession(document)
+
+
+def activate(session: ReplaySession) -> None:
+    """Make ``session`` the one every replay instrumentor serves from."""
+    global _session
+    with _lock:
+        _session = session
+
+
+def deactivate() -> None:
+    """Forget the active session (used by ``uninstrument`` and tests)."""
+    global _session, _divergences
+    with _lock:
+        _session = None
+        _divergences = 0
+
+
+def active_session() -> ReplaySession | None:
+    """The session being replayed in this process, or ``None`` outside replay."""
+    return _session
+
+
+def report_divergence(line: str) -> None:
+    """Write one ``REPROIT:DIVERGENCE`` line to file descriptor 2, unbuffered."""
+    global _divergences
+    with _lock:
+        _divergences += 1
+    data = (line.rstrip("\n") + "\n").encode("utf-8", "surrogatepass")
+    try:
+        while data:
+            written = os.write(2, data)
+            data = data[written:]
+    except OSError:
+        pass
+
+
+def divergence_count() -> int:
+    """How many divergence lines this process has reported."""
+    return _divergences
