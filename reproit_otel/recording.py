@@ -1,0 +1,244 @@
+"""The seam between the recorders and the capture pipeline.
+
+A recorder (``instrumentation/requests.py``, ``instrumentation/psycopg2.py``, an invoke
+boundary) sees one dependency call at its transport seam. It asks this module for an
+:class:`ExchangeRecorder` when the call starts and hands it the finished exchange::
+
+    from reproit_otel.recording import start_exchange
+
+    recorder = start_exchange("requests")   # None: nothing records this call
+    response = send(request)                 # the real call, unchanged
+    if recorder is not None:
+        recorder.finish("call", resource="api:8080", key="GET /v1/rates?c=eu",
+                        exchange={"protocol": "http", "request": ..., "response": ...})
+
+:func:`start_exchange` returns ``None`` when nothing records: no operation is active in the
+current context, reproit-otel is disabled or not installed, or the call is reproit-otel's own
+traffic (OpenTelemetry ``suppress_instrumentation`` is set). Otherwise the exchange is bound
+to the OpenTelemetry span current at that moment (the CLIENT or database span of the call when
+the OpenTelemetry instrumentation of the library is active), so the span processor knows that
+span has an exchange when it computes ``effectsComplete`` (PROTOCOL decision D4). The exchange
+is pending until :meth:`ExchangeRecorder.finish` or :meth:`ExchangeRecorder.fail` is called;
+a finish may come after the span ended (a streamed body consumed later).
+
+What the pipeline does with a finished exchange: the effect is pushed onto the operation
+(``BackendTrace.effect``) in completion order, after configured secret values
+(``REPROIT_SECRET_VALUES``, :func:`register_secret_values`) have been replaced in every string
+of the exchange, the key and the resource (D8). Recorders apply the structural rules
+themselves: bounded bodies and headers (``wire/bounds.py``) and ``redact_url`` for query
+strings.
+
+:func:`mark_incomplete` reports a call that cannot be recorded (``copy_expert``, a protocol we
+do not speak): the operation then reports ``effectsComplete: false`` with that reason.
+
+Nothing here raises into the caller; failures are logged through :mod:`reproit_otel._guard`.
+The module holds no state of its own besides the pipeline that :func:`set_pipeline` installed
+(the span processor does so when it is created) and the registered secret values.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from opentelemetry import context as otel_context
+
+from reproit_otel._guard import guarded
+
+__all__ = [
+    "EFFECT_KINDS",
+    "ExchangeOwner",
+    "ExchangeRecorder",
+    "RecordingPipeline",
+    "clear_pipeline",
+    "current_pipeline",
+    "is_suppressed",
+    "mark_incomplete",
+    "recording_enabled",
+    "register_secret_values",
+    "registered_secret_values",
+    "set_pipeline",
+    "start_exchange",
+]
+
+EFFECT_KINDS = frozenset({"read", "write", "delete", "emit", "call"})
+"""The effect kinds an exchange may be recorded as (PROTOCOL section 2.4)."""
+
+# OpenTelemetry sets this context key around its exporters' own HTTP calls and around code
+# wrapped in ``suppress_instrumentation()``; reproit-otel's uploader sets it too.
+_SUPPRESS_KEY: str = otel_context._SUPPRESS_INSTRUMENTATION_KEY
+
+
+class ExchangeOwner(Protocol):
+    """What an :class:`ExchangeRecorder` reports to (the span processor's operation)."""
+
+    def exchange_finished(
+        self,
+        handle: object,
+        effect: str,
+        resource: str | None,
+        key: str | None,
+        exchange: dict[str, Any],
+    ) -> None:
+        """Push the exchange as an effect of the owning operation."""
+
+    def exchange_failed(self, handle: object, reason: str) -> None:
+        """The exchange bound to ``handle`` could not be recorded."""
+
+
+class RecordingPipeline(Protocol):
+    """What :func:`set_pipeline` accepts (implemented by the span processor)."""
+
+    def start_exchange(self, library: str) -> ExchangeRecorder | None:
+        """Bind a new exchange to the current span's operation, or return None."""
+
+    def mark_incomplete(self, reason: str) -> None:
+        """Make the current operation's effects incomplete with ``reason``."""
+
+    def has_live_operations(self) -> bool:
+        """True while at least one operation is being recorded."""
+
+
+class ExchangeRecorder:
+    """One dependency call being recorded; created by :func:`start_exchange`.
+
+    Exactly one of :meth:`finish` or :meth:`fail` takes effect; later calls are ignored.
+    Both are safe to call from any thread and never raise.
+    """
+
+    __slots__ = ("_done", "_handle", "_lock", "_owner", "library")
+
+    def __init__(self, owner: ExchangeOwner, handle: object, library: str) -> None:
+        self._owner = owner
+        self._handle = handle
+        self._lock = threading.Lock()
+        self._done = False
+        self.library = library
+
+    @property
+    def done(self) -> bool:
+        """True once :meth:`finish` or :meth:`fail` was called."""
+        return self._done
+
+    def _claim(self) -> bool:
+        with self._lock:
+            if self._done:
+                return False
+            self._done = True
+            return True
+
+    def finish(
+        self,
+        effect: str,
+        *,
+        resource: str | None,
+        key: str | None,
+        exchange: dict[str, Any],
+    ) -> None:
+        """Record the exchange as an effect of kind ``effect`` on the owning operation.
+
+        ``effect`` is ``call`` for HTTP, ``read``/``write`` for SQL (PROTOCOL 4.1, 4.4).
+        ``exchange`` is the bounded exchange object (``protocol``, ``request``, ``response``).
+        An unknown ``effect`` kind makes the exchange fail instead.
+        """
+        if not self._claim():
+            return
+        with guarded(f"recording.finish[{self.library}]"):
+            if effect not in EFFECT_KINDS:
+                self._owner.exchange_failed(
+                    self._handle, f"{self.library}: unknown effect kind {effect!r}"
+                )
+                return
+            self._owner.exchange_finished(self._handle, effect, resource, key, exchange)
+
+    def fail(self, reason: str) -> None:
+        """The exchange could not be recorded: the operation's effects become incomplete."""
+        if not self._claim():
+            return
+        with guarded(f"recording.fail[{self.library}]"):
+            self._owner.exchange_failed(self._handle, f"{self.library}: {reason}")
+
+
+_pipeline: RecordingPipeline | None = None
+_secrets: list[str] = []
+_secrets_lock = threading.Lock()
+
+
+def set_pipeline(pipeline: RecordingPipeline) -> None:
+    """Make ``pipeline`` the receiver of every exchange (the latest call wins)."""
+    global _pipeline
+    _pipeline = pipeline
+
+
+def clear_pipeline(pipeline: RecordingPipeline | None = None) -> None:
+    """Remove the installed pipeline (only if it is ``pipeline``, when one is given)."""
+    global _pipeline
+    if pipeline is None or _pipeline is pipeline:
+        _pipeline = None
+
+
+def current_pipeline() -> RecordingPipeline | None:
+    """The installed pipeline, if any."""
+    return _pipeline
+
+
+def is_suppressed() -> bool:
+    """True when OpenTelemetry instrumentation is suppressed in the current context.
+
+    That is how reproit-otel's own traffic (uploads, CLI calls) and exporters' traffic is
+    recognised: it is never recorded.
+    """
+    return bool(otel_context.get_value(_SUPPRESS_KEY))
+
+
+def recording_enabled() -> bool:
+    """Cheap check for a recorder's hot path: could :func:`start_exchange` return a recorder?"""
+    pipeline = _pipeline
+    if pipeline is None:
+        return False
+    with guarded("recording.recording_enabled"):
+        return pipeline.has_live_operations() and not is_suppressed()
+    return False
+
+
+def start_exchange(library: str) -> ExchangeRecorder | None:
+    """Begin recording one call of ``library`` (``"requests"``, ``"psycopg2"``, ...).
+
+    Returns ``None`` when nothing records this call (see the module docstring).
+    """
+    pipeline = _pipeline
+    if pipeline is None:
+        return None
+    with guarded(f"recording.start_exchange[{library}]"):
+        if is_suppressed():
+            return None
+        return pipeline.start_exchange(library)
+    return None
+
+
+def mark_incomplete(reason: str) -> None:
+    """Report an unrecordable call in the current operation; its effects become incomplete."""
+    pipeline = _pipeline
+    if pipeline is None:
+        return
+    with guarded("recording.mark_incomplete"):
+        if not is_suppressed():
+            pipeline.mark_incomplete(reason)
+
+
+def register_secret_values(values: Iterable[str]) -> None:
+    """Add values to be replaced wherever they appear in recorded strings (D8).
+
+    Empty strings are ignored. ``REPROIT_SECRET_VALUES`` is added by the pipeline itself.
+    """
+    with _secrets_lock:
+        for value in values:
+            if isinstance(value, str) and value and value not in _secrets:
+                _secrets.append(value)
+
+
+def registered_secret_values() -> tuple[str, ...]:
+    """Every value registered through :func:`register_secret_values`, in registration order."""
+    with _secrets_lock:
+        return tuple(_secrets)
