@@ -1,0 +1,462 @@
+"""Replay a capsule against the application and say whether the failure is still there.
+
+Two paths, chosen by the capsule's operation (PROTOCOL 8.4 and 9.3):
+
+* **CI capsules** (operation ``test:<suite>#<test>``) run the test command with
+  ``REPROIT_REPLAY`` set and read the ``REPROIT:CI-TEST`` marker the pytest plugin writes.
+* **Production capsules** (operation ``METHOD /path``) boot the application command with
+  ``REPROIT_REPLAY`` and ``PORT``, wait for it to answer HTTP, fire the recorded request and
+  judge the response status.
+
+In both, any ``REPROIT:DIVERGENCE`` line on the application's standard error means the run
+left the recording and the verdict is *diverged*.
+
+=============  ====  =====================================================================
+verdict        exit  meaning
+=============  ====  =====================================================================
+reproduced     1     the recorded failure happened again
+fixed          0     the same inputs now succeed
+diverged       3     the application made a call the recording does not hold
+inconclusive   3     no usable answer (timeout, no marker, a different failure, no boot)
+=============  ====  =====================================================================
+"""
+
+from __future__ import annotations
+
+import enum
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from reproit_otel.errors import CapsuleError
+
+__all__ = [
+    "CheckResult",
+    "Verdict",
+    "check_capsule",
+    "classify_test_run",
+    "load_check_target",
+    "offline_verdict",
+]
+
+DIVERGENCE_MARKER = "REPROIT:DIVERGENCE "
+CI_TEST_MARKER = "REPROIT:CI-TEST "
+TEST_TRIGGER_PREFIX = "test:"
+
+CI_RUN_TIMEOUT_S = 120.0
+BOOT_TIMEOUT_S = 20.0
+BOOT_POLL_S = 0.2
+REQUEST_TIMEOUT_S = 15.0
+STDERR_GRACE_S = 0.2
+
+
+class Verdict(str, enum.Enum):
+    """The four answers of ``reproit-otel check``."""
+
+    REPRODUCED = "reproduced"
+    FIXED = "fixed"
+    DIVERGED = "diverged"
+    INCONCLUSIVE = "inconclusive"
+
+    @property
+    def exit_code(self) -> int:
+        """Process exit code: fixed 0, reproduced 1, diverged and inconclusive 3."""
+        return {"fixed": 0, "reproduced": 1}.get(self.value, 3)
+
+    @property
+    def outcome(self) -> str:
+        """``pass`` for fixed, ``fail`` for reproduced, ``stale`` otherwise."""
+        return {"fixed": "pass", "reproduced": "fail"}.get(self.value, "stale")
+
+
+@dataclass
+class CheckResult:
+    """What a check observed and concluded."""
+
+    verdict: Verdict
+    mode: str
+    operation: str
+    recorded_failure: str | None = None
+    observed: dict[str, Any] = field(default_factory=dict)
+    divergences: list[dict[str, Any]] = field(default_factory=list)
+    timed_out: bool = False
+    envelope: dict[str, Any] | None = None
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` document."""
+        return {
+            "capture": {"mode": self.mode, "operation": self.operation},
+            "verdict": self.verdict.value,
+            "outcome": self.verdict.outcome,
+            "exit": self.verdict.exit_code,
+            "reason": self.reason,
+            "recordedFailure": self.recorded_failure,
+            "observedResult": self.observed,
+            "divergences": self.divergences,
+            "timedOut": self.timed_out,
+            "envelope": self.envelope,
+        }
+
+
+def load_check_target(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a capsule, or a capture batch projected to one, and validate it."""
+    from reproit_otel.wire.capsule import capsule_from_batch, validate_capsule
+
+    file = Path(path)
+    try:
+        document = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise CapsuleError(f"cannot read {file}: {error}") from error
+    except ValueError as error:
+        raise CapsuleError(f"{file} is not JSON: {error}") from error
+    if isinstance(document, dict) and "batchId" in document and "format" not in document:
+        projected = capsule_from_batch(document)
+        if projected is None:
+            raise CapsuleError(f"{file} is a capture batch that does not project to a capsule")
+        document = projected
+    validate_capsule(document)
+    if not document.get("events"):
+        raise CapsuleError(f"{file} holds no events; there is nothing to replay")
+    assert isinstance(document, dict)
+    return document
+
+
+def _last_return(events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    for event in reversed(events):
+        if isinstance(event, dict) and event.get("kind") == "return":
+            return event
+    return None
+
+
+def _parse_marker(line: str, marker: str) -> dict[str, Any] | None:
+    if not line.startswith(marker):
+        return None
+    try:
+        payload = json.loads(line[len(marker) :])
+    except ValueError:
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def classify_test_run(
+    operation: str,
+    recorded_failure: str | None,
+    stderr_lines: list[str],
+    timed_out: bool,
+) -> tuple[Verdict, str, dict[str, Any]]:
+    """The CI verdict table of PROTOCOL 8.4, applied to a finished run's stderr lines."""
+    if timed_out:
+        return Verdict.INCONCLUSIVE, "the test command timed out", {}
+    if any(line.startswith(DIVERGENCE_MARKER) for line in stderr_lines):
+        return Verdict.DIVERGED, "the test made a call the capsule does not hold", {}
+    marker: dict[str, Any] | None = None
+    for line in stderr_lines:
+        payload = _parse_marker(line, CI_TEST_MARKER)
+        if payload and isinstance(payload.get("operation"), str) and isinstance(
+            payload.get("status"), str
+        ):
+            marker = payload
+            break
+    if marker is None:
+        return Verdict.INCONCLUSIVE, "the test command wrote no REPROIT:CI-TEST marker", {}
+    observed = {"status": marker["status"], "failure": marker.get("failure")}
+    if marker["operation"] != operation:
+        return Verdict.INCONCLUSIVE, f"the marker names {marker['operation']!r}", observed
+    if marker["status"] == "passed":
+        return Verdict.FIXED, "the test passes with the recorded exchanges", observed
+    if marker["status"] == "failed":
+        failure = marker.get("failure")
+        if recorded_failure is None:
+            return Verdict.REPRODUCED, "the test fails again", observed
+        if isinstance(failure, str) and failure == recorded_failure:
+            return Verdict.REPRODUCED, "the test fails again with the recorded failure", observed
+        return Verdict.INCONCLUSIVE, "the test fails, but not with the recorded failure", observed
+    return Verdict.INCONCLUSIVE, f"unknown test status {marker['status']!r}", observed
+
+
+def _divergences(lines: list[str]) -> list[dict[str, Any]]:
+    found = []
+    for line in lines:
+        payload = _parse_marker(line, DIVERGENCE_MARKER)
+        if payload is not None:
+            found.append(payload)
+    return found
+
+
+class _StderrPump:
+    """Read a child's stderr line by line, keep every line, echo the non-marker ones."""
+
+    def __init__(self, stream: Any, echo: TextIO | None) -> None:
+        self.lines: list[str] = []
+        self._stream = stream
+        self._echo = echo
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        for raw in iter(self._stream.readline, b""):
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            self.lines.append(line)
+            if self._echo is not None and not line.startswith("REPROIT:"):
+                print(line, file=self._echo, flush=True)
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+
+def _spawn(command: str, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        ["sh", "-c", command],
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _run_test_check(
+    capsule: dict[str, Any], capsule_path: Path, command: str, echo: TextIO | None,
+    timeout: float,
+) -> CheckResult:
+    operation = str(capsule["operation"])
+    returned = _last_return(capsule["events"])
+    output = returned.get("output") if returned else None
+    recorded = output.get("error") if isinstance(output, dict) else None
+    recorded_failure = recorded if isinstance(recorded, str) else None
+    env = {**os.environ, "REPROIT_REPLAY": str(capsule_path.resolve())}
+    env.pop("REPROIT_CI_CAPTURE", None)
+    process = _spawn(command, env)
+    pump = _StderrPump(process.stderr, echo)
+    timed_out = False
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        _stop(process)
+    pump.join(5.0)
+    verdict, reason, observed = classify_test_run(
+        operation, recorded_failure, pump.lines, timed_out
+    )
+    observed.setdefault("exitCode", process.returncode)
+    return CheckResult(
+        verdict=verdict,
+        mode="test-hermetic",
+        operation=operation,
+        recorded_failure=recorded_failure,
+        observed=observed,
+        divergences=_divergences(pump.lines),
+        timed_out=timed_out,
+        envelope=capsule.get("envelope"),
+        reason=reason,
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _answers_http(port: int) -> bool:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=BOOT_POLL_S * 5)
+    try:
+        connection.request("GET", "/")
+        connection.getresponse().read()
+        return True
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        connection.close()
+
+
+def recorded_request(capsule: Mapping[str, Any]) -> tuple[str, str, bytes | None]:
+    """Method, path with query, and JSON body of the request that started the operation."""
+    operation = str(capsule["operation"])
+    method, _, path = operation.partition(" ")
+    start = next((e for e in capsule["events"] if e.get("kind") == "start"), {})
+    request_input = start.get("input") if isinstance(start, dict) else None
+    query: list[tuple[str, str]] = []
+    body: bytes | None = None
+    if isinstance(request_input, dict):
+        raw_query = request_input.get("query")
+        if isinstance(raw_query, dict):
+            for name, value in raw_query.items():
+                values = value if isinstance(value, list) else [value]
+                for item in values:
+                    text = item if isinstance(item, str) else json.dumps(item, ensure_ascii=False)
+                    query.append((name, text))
+        if request_input.get("body") is not None:
+            body = json.dumps(request_input["body"], ensure_ascii=False).encode("utf-8")
+    target = path or "/"
+    if query:
+        target += "?" + urllib.parse.urlencode(query)
+    return method or "GET", target, body
+
+
+def _fire(port: int, method: str, target: str, body: bytes | None) -> int:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=REQUEST_TIMEOUT_S)
+    try:
+        headers = {"content-type": "application/json"} if body is not None else {}
+        connection.request(method, target, body=body, headers=headers)
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
+def _has_exchange(capsule: Mapping[str, Any]) -> bool:
+    return any(
+        isinstance(e, dict) and e.get("kind") == "effect" and e.get("exchange")
+        for e in capsule["events"]
+    )
+
+
+def _run_hermetic_check(
+    capsule: dict[str, Any], capsule_path: Path, command: str, echo: TextIO | None,
+    boot_timeout: float,
+) -> CheckResult:
+    operation = str(capsule["operation"])
+    port = _free_port()
+    env = {**os.environ, "REPROIT_REPLAY": str(capsule_path.resolve()), "PORT": str(port)}
+    process = _spawn(command, env)
+    pump = _StderrPump(process.stderr, echo)
+    observed: dict[str, Any] = {}
+    status: int | None = None
+    reason = ""
+    try:
+        deadline = time.monotonic() + boot_timeout
+        booted = False
+        while time.monotonic() < deadline and process.poll() is None:
+            if _answers_http(port):
+                booted = True
+                break
+            time.sleep(BOOT_POLL_S)
+        if booted:
+            method, target, body = recorded_request(capsule)
+            observed["request"] = {"method": method, "target": target}
+            try:
+                status = _fire(port, method, target, body)
+                observed["status"] = status
+            except (OSError, http.client.HTTPException) as error:
+                reason = f"the recorded request failed: {error}"
+            time.sleep(STDERR_GRACE_S)
+        else:
+            reason = (
+                f"the application did not answer HTTP on port {port} within {boot_timeout:g} s"
+            )
+    finally:
+        _stop(process)
+        pump.join(5.0)
+    divergences = _divergences(pump.lines)
+    if divergences:
+        verdict, reason = Verdict.DIVERGED, "the application made a call the capsule does not hold"
+    elif status is None:
+        verdict = Verdict.INCONCLUSIVE
+    elif status >= 500:
+        verdict, reason = Verdict.REPRODUCED, f"the recorded request answered HTTP {status} again"
+    elif 200 <= status < 400:
+        verdict, reason = Verdict.FIXED, f"the recorded request now answers HTTP {status}"
+    else:
+        verdict, reason = Verdict.INCONCLUSIVE, f"the recorded request answered HTTP {status}"
+    returned = _last_return(capsule["events"])
+    return CheckResult(
+        verdict=verdict,
+        mode="production-hermetic",
+        operation=operation,
+        recorded_failure=(
+            f"HTTP {returned.get('status')}" if returned and "status" in returned else None
+        ),
+        observed=observed,
+        divergences=divergences,
+        envelope=capsule.get("envelope"),
+        reason=reason,
+    )
+
+
+def offline_verdict(capsule: Mapping[str, Any]) -> CheckResult:
+    """Re-evaluate the recorded events without running anything (no ``--exec``)."""
+    from reproit_otel.wire.trace import marked_oracle
+
+    events = capsule["events"]
+    returned = _last_return(events)
+    status = returned.get("status") if returned else None
+    marked = marked_oracle(events)
+    fires = marked is not None or (
+        isinstance(status, int) and not isinstance(status, bool) and status >= 500
+    )
+    return CheckResult(
+        verdict=Verdict.REPRODUCED if fires else Verdict.FIXED,
+        mode="offline",
+        operation=str(capsule["operation"]),
+        observed={"status": status, "oracle": marked},
+        envelope=capsule.get("envelope"),
+        reason="the recorded events still fire the oracle" if fires else "no oracle fires",
+    )
+
+
+def check_capsule(
+    path: str | os.PathLike[str],
+    command: str | None,
+    *,
+    echo: TextIO | None = sys.stderr,
+    timeout: float = CI_RUN_TIMEOUT_S,
+    boot_timeout: float = BOOT_TIMEOUT_S,
+    on_start: Callable[[str], None] | None = None,
+) -> CheckResult:
+    """Run the check for one capsule file and return its result.
+
+    ``command`` is the test command (CI capsules) or the boot command (production capsules);
+    without it the recorded events are re-evaluated offline. Raises
+    :class:`~reproit_otel.errors.CapsuleError` for an unusable capsule.
+    """
+    capsule_path = Path(path)
+    capsule = load_check_target(capsule_path)
+    operation = str(capsule["operation"])
+    if on_start is not None:
+        on_start(operation)
+    if operation.startswith(TEST_TRIGGER_PREFIX):
+        if not command:
+            raise CapsuleError(
+                f"{capsule_path} is a CI capsule ({operation}); give the test command with "
+                '--exec "pytest ..."'
+            )
+        return _run_test_check(capsule, capsule_path, command, echo, timeout)
+    if not command:
+        return offline_verdict(capsule)
+    if not _has_exchange(capsule):
+        raise CapsuleError(
+            f"{capsule_path} records no dependency exchange, so a hermetic replay has nothing "
+            "to serve; run `reproit-otel check` without --exec for the offline verdict"
+        )
+    return _run_hermetic_check(capsule, capsule_path, command, echo, boot_timeout)
