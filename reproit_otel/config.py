@@ -1,0 +1,547 @@
+"""reproit-otel configuration: one table of settings, read once into a frozen object.
+
+Every setting is a row of :data:`SETTINGS` (attribute, environment variable, default, parser,
+documentation). :func:`load_config` reads the environment once and returns a frozen
+:class:`ReproitConfig`; components receive that object and never read ``os.environ`` on their
+own. The configuration reference in ``docs/`` is generated from the same table
+(:func:`render_markdown`), and a test keeps the two in step.
+
+Usage::
+
+    from reproit_otel.config import load_config
+
+    config = load_config()          # never raises; problems disable capture, logged once
+    if config.capture_enabled: ...
+
+    config = read_config(environ)   # raises ConfigurationError for an unusable setting
+
+Failure policy: a setting that is present but unusable (``REPROIT_FLUSH_INTERVAL_MS=soon``,
+``REPROIT_EFFECTS_COMPLETE=maybe``) is a :class:`~reproit_otel.errors.ConfigurationError`
+from :func:`read_config`; :func:`load_config` turns it into a configuration with
+``disabled=True`` and ``problems`` set, and logs one line through the ``reproit_otel`` logger
+saying what is wrong and what to do. The application is never affected. Capture (uploads)
+additionally needs an endpoint, an API key and an application id
+(:attr:`ReproitConfig.capture_problem` says which one is missing, PROTOCOL section 5.1).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from reproit_otel.errors import ConfigurationError
+from reproit_otel.wire._js import js_number
+
+__all__ = [
+    "REPROIT_API_KEY",
+    "REPROIT_APP_ID",
+    "REPROIT_BUILD",
+    "REPROIT_CI_CAPTURE",
+    "REPROIT_CI_SPOOL",
+    "REPROIT_CI_SPOOL_MAX",
+    "REPROIT_COMMIT",
+    "REPROIT_DEBUG_DUMP",
+    "REPROIT_DISABLED",
+    "REPROIT_EFFECTS_COMPLETE",
+    "REPROIT_ENDPOINT",
+    "REPROIT_FLUSH_INTERVAL_MS",
+    "REPROIT_IMAGE_DIGEST",
+    "REPROIT_REPLAY",
+    "REPROIT_REQUEST_TIMEOUT_MS",
+    "REPROIT_RETRY_LIMIT",
+    "REPROIT_SCAN",
+    "REPROIT_SCAN_TOKEN",
+    "REPROIT_SECRET_VALUES",
+    "SETTINGS",
+    "EffectsCompleteMode",
+    "ReproitConfig",
+    "Setting",
+    "load_config",
+    "read_config",
+    "render_markdown",
+]
+
+_log = logging.getLogger("reproit_otel")
+
+# --- environment variable names -------------------------------------------------------------
+
+REPROIT_ENDPOINT = "REPROIT_ENDPOINT"
+"""URL the capture batches are POSTed to, used verbatim (e.g. ``http://127.0.0.1:8765/v1/capture-batches``)."""
+REPROIT_API_KEY = "REPROIT_API_KEY"
+"""API key sent as ``Authorization: Bearer <key>`` with every upload."""
+REPROIT_APP_ID = "REPROIT_APP_ID"
+"""Application id; becomes the batch ``projectId``. Must be a token."""
+REPROIT_BUILD = "REPROIT_BUILD"
+"""Build or version of the running service; the deployment ``version`` and the trace ``build``."""
+REPROIT_COMMIT = "REPROIT_COMMIT"
+"""Commit of the running service; when it is not a token, ``GITHUB_SHA`` is tried."""
+GITHUB_SHA = "GITHUB_SHA"
+"""Fallback commit, set by GitHub Actions."""
+REPROIT_IMAGE_DIGEST = "REPROIT_IMAGE_DIGEST"
+"""Container image digest; recorded in the determinism envelope when it is a token."""
+REPROIT_FLUSH_INTERVAL_MS = "REPROIT_FLUSH_INTERVAL_MS"
+"""Delay between a captured failure and its upload, in ms (default 3000, floor 100)."""
+REPROIT_REQUEST_TIMEOUT_MS = "REPROIT_REQUEST_TIMEOUT_MS"
+"""Timeout of one upload request, in ms (default 5000)."""
+REPROIT_RETRY_LIMIT = "REPROIT_RETRY_LIMIT"
+"""Retries after a failed upload (default 2, clamped to 0..5; 4xx is never retried)."""
+REPROIT_SCAN = "REPROIT_SCAN"
+"""``1`` enables scan mode: a trusted ``x-reproit-trace`` request header is honoured (D12)."""
+REPROIT_SCAN_TOKEN = "REPROIT_SCAN_TOKEN"
+"""When set, scan requests must also carry this value in ``x-reproit-scan-token`` (D12)."""
+REPROIT_SECRET_VALUES = "REPROIT_SECRET_VALUES"
+"""Secret values to scrub from every recorded string: comma separated, or a JSON array (D8)."""
+REPROIT_EFFECTS_COMPLETE = "REPROIT_EFFECTS_COMPLETE"
+"""``auto`` computes effectsComplete from the spans seen; ``never`` always reports false (D4)."""
+REPROIT_DISABLED = "REPROIT_DISABLED"
+"""``1`` turns reproit-otel off entirely: no processor, no recorders, no replay."""
+REPROIT_REPLAY = "REPROIT_REPLAY"
+"""Path of a capsule: the process replays it hermetically instead of capturing (section 7)."""
+REPROIT_CI_CAPTURE = "REPROIT_CI_CAPTURE"
+"""Exactly ``1`` turns on CI capture mode (section 8)."""
+REPROIT_CI_SPOOL = "REPROIT_CI_SPOOL"
+"""Directory CI capsules are spooled to (default ``.reproit/ci-spool``)."""
+REPROIT_CI_SPOOL_MAX = "REPROIT_CI_SPOOL_MAX"
+"""Total bytes the CI spool may hold (default 16 MiB, clamped to 4 KiB..64 MiB)."""
+REPROIT_DEBUG_DUMP = "REPROIT_DEBUG_DUMP"
+"""Directory where every finished operation's events are written as canonical JSON (debugging)."""
+
+
+class EffectsCompleteMode(str, enum.Enum):
+    """How the ``effectsComplete`` flag of a finished operation is decided (D4)."""
+
+    AUTO = "auto"
+    """Computed: every CLIENT and database span of the operation has a recorded exchange."""
+    NEVER = "never"
+    """Always false: the service has persistent effects OpenTelemetry cannot see."""
+
+    @classmethod
+    def parse(cls, text: str) -> EffectsCompleteMode:
+        """The mode named by ``text`` (case-insensitive); lists the valid values otherwise."""
+        value = text.strip().lower()
+        for mode in cls:
+            if mode.value == value:
+                return mode
+        valid = ", ".join(mode.value for mode in cls)
+        raise ConfigurationError(f"unknown mode {text!r}; expected one of: {valid}")
+
+
+# --- parsers: text -> value, raising ConfigurationError with what was expected -------------
+
+
+def _text(raw: str) -> str | None:
+    value = raw.strip()
+    return value or None
+
+
+def _secret_text(raw: str) -> str | None:
+    # Secrets are used as given (a key with a trailing space is still that key) unless blank.
+    return raw if raw.strip() else None
+
+
+def _token(raw: str) -> str | None:
+    value = raw.strip()
+    if not value:
+        return None
+    if not _is_token(value):
+        raise ConfigurationError(
+            f"{value!r} is not a token (letters, digits and a few separators, no spaces)"
+        )
+    return value
+
+
+def _flag(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    raise ConfigurationError(f"{raw!r} is not a switch; expected 1 or 0")
+
+
+def _exactly_one(raw: str) -> bool:
+    # Section 8.1: exactly "1" turns CI capture on, anything else leaves it off.
+    return raw == "1"
+
+
+def _integer(raw: str) -> int:
+    number = js_number(raw.strip())
+    if not isinstance(number, (int, float)) or not math.isfinite(number) or number != int(number):
+        raise ConfigurationError(f"{raw!r} is not a whole number")
+    return int(number)
+
+
+def _at_least(floor: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        return max(floor, _integer(raw))
+
+    return parse
+
+
+def _clamped(low: int, high: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        return min(high, max(low, _integer(raw)))
+
+    return parse
+
+
+def _spool_max(raw: str) -> int:
+    # Section 8.1 follows Node's Number(): "" is 0 (then the floor), a non-integer the default.
+    number = js_number(raw)
+    if not isinstance(number, (int, float)) or not math.isfinite(number) or number != int(number):
+        return _SPOOL_MAX_DEFAULT
+    return min(67108864, max(4096, int(number)))
+
+
+def _secret_values(raw: str) -> tuple[str, ...]:
+    text = raw.strip()
+    if not text:
+        return ()
+    if text.startswith("["):
+        try:
+            parsed = json.loads(text)
+        except ValueError as exc:
+            raise ConfigurationError(f"not a JSON array of strings: {exc}") from None
+        if not isinstance(parsed, list) or not all(isinstance(v, str) for v in parsed):
+            raise ConfigurationError("not a JSON array of strings")
+        values = parsed
+    else:
+        values = [part.strip() for part in text.split(",")]
+    return tuple(dict.fromkeys(v for v in values if v))
+
+
+def _path(raw: str) -> str | None:
+    return raw if raw.strip() else None
+
+
+def _is_token(value: str) -> bool:
+    try:
+        from reproit_otel.wire.batch import is_token  # noqa: PLC0415 - optional at import
+    except ImportError:  # pragma: no cover - the wire layer always ships it
+        return bool(value.strip()) and not any(ch.isspace() for ch in value)
+    return bool(is_token(value))
+
+
+_SPOOL_MAX_DEFAULT = 16777216
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One row of the configuration table."""
+
+    attribute: str
+    """Field name on :class:`ReproitConfig`."""
+    env: str
+    """Environment variable read."""
+    default: Any
+    """Value when the variable is absent (or empty, for text settings)."""
+    parse: Callable[[str], Any]
+    """Turns the raw text into the value; raises :class:`ConfigurationError` when unusable."""
+    doc: str
+    """One line for the configuration reference."""
+    fallbacks: tuple[str, ...] = ()
+    """Further variables tried in order when ``env`` gives no usable value."""
+    secret: bool = False
+    """Never printed (``repr``, docs show no value, log lines do not echo it)."""
+
+
+def _row(
+    attribute: str,
+    env: str,
+    default: Any,
+    parse: Callable[[str], Any],
+    doc: str,
+    *,
+    fallbacks: tuple[str, ...] = (),
+    secret: bool = False,
+) -> Setting:
+    return Setting(attribute, env, default, parse, doc, fallbacks, secret)
+
+
+SETTINGS: tuple[Setting, ...] = (
+    _row(
+        "endpoint",
+        REPROIT_ENDPOINT,
+        None,
+        _text,
+        "URL the capture batches are POSTed to, used verbatim "
+        "(e.g. `http://127.0.0.1:8765/v1/capture-batches`).",
+    ),
+    _row(
+        "api_key",
+        REPROIT_API_KEY,
+        None,
+        _secret_text,
+        "API key sent as `Authorization: Bearer <key>` with every upload.",
+        secret=True,
+    ),
+    _row(
+        "app_id",
+        REPROIT_APP_ID,
+        None,
+        _text,
+        "Application id; becomes the batch `projectId`. Must be a token.",
+    ),
+    _row(
+        "build",
+        REPROIT_BUILD,
+        None,
+        _text,
+        "Build or version of the service: deployment `version` and trace `build`.",
+    ),
+    _row(
+        "commit",
+        REPROIT_COMMIT,
+        None,
+        _token,
+        "Commit of the service: the first token of `REPROIT_COMMIT`, `GITHUB_SHA`.",
+        fallbacks=(GITHUB_SHA,),
+    ),
+    _row(
+        "image_digest",
+        REPROIT_IMAGE_DIGEST,
+        None,
+        _text,
+        "Container image digest, kept in the determinism envelope when it is a token.",
+    ),
+    _row(
+        "flush_interval_ms",
+        REPROIT_FLUSH_INTERVAL_MS,
+        3000,
+        _at_least(100),
+        "Delay in ms between a captured failure and its upload (floor 100).",
+    ),
+    _row(
+        "request_timeout_ms",
+        REPROIT_REQUEST_TIMEOUT_MS,
+        5000,
+        _at_least(1),
+        "Timeout in ms of one upload request.",
+    ),
+    _row(
+        "retry_limit",
+        REPROIT_RETRY_LIMIT,
+        2,
+        _clamped(0, 5),
+        "Retries after a failed upload, clamped to 0..5; a 4xx answer is never retried.",
+    ),
+    _row(
+        "scan",
+        REPROIT_SCAN,
+        False,
+        _flag,
+        "`1` honours a trusted `x-reproit-trace` request header (scan mode, D12).",
+    ),
+    _row(
+        "scan_token",
+        REPROIT_SCAN_TOKEN,
+        None,
+        _secret_text,
+        "When set, scan requests must also carry this value in `x-reproit-scan-token`.",
+        secret=True,
+    ),
+    _row(
+        "secret_values",
+        REPROIT_SECRET_VALUES,
+        (),
+        _secret_values,
+        "Values scrubbed from every recorded string: comma separated, or a JSON array of "
+        "strings (D8).",
+        secret=True,
+    ),
+    _row(
+        "effects_complete",
+        REPROIT_EFFECTS_COMPLETE,
+        EffectsCompleteMode.AUTO,
+        EffectsCompleteMode.parse,
+        "`auto` computes effectsComplete from the spans seen; `never` always reports false (D4).",
+    ),
+    _row(
+        "disabled",
+        REPROIT_DISABLED,
+        False,
+        _flag,
+        "`1` turns reproit-otel off: no processor, no recorders, no replay.",
+    ),
+    _row(
+        "replay",
+        REPROIT_REPLAY,
+        None,
+        _path,
+        "Path of a capsule: the process replays it hermetically instead of capturing.",
+    ),
+    _row(
+        "ci_capture",
+        REPROIT_CI_CAPTURE,
+        False,
+        _exactly_one,
+        "Exactly `1` turns on CI capture mode.",
+    ),
+    _row(
+        "ci_spool",
+        REPROIT_CI_SPOOL,
+        ".reproit/ci-spool",
+        _path,
+        "Directory CI capsules are spooled to.",
+    ),
+    _row(
+        "ci_spool_max",
+        REPROIT_CI_SPOOL_MAX,
+        _SPOOL_MAX_DEFAULT,
+        _spool_max,
+        "Total bytes the CI spool may hold, clamped to 4096..67108864.",
+    ),
+    _row(
+        "debug_dump",
+        REPROIT_DEBUG_DUMP,
+        None,
+        _path,
+        "Directory where each finished operation's events are written as a canonical JSON "
+        "file named `<traceId>.json` (debugging aid).",
+    ),
+)
+"""The configuration table, in documentation order."""
+
+
+@dataclass(frozen=True)
+class ReproitConfig:
+    """The settings in effect, read once (:func:`load_config`). Frozen."""
+
+    endpoint: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    app_id: str | None = None
+    build: str | None = None
+    commit: str | None = None
+    image_digest: str | None = None
+    flush_interval_ms: int = 3000
+    request_timeout_ms: int = 5000
+    retry_limit: int = 2
+    scan: bool = False
+    scan_token: str | None = field(default=None, repr=False)
+    secret_values: tuple[str, ...] = field(default=(), repr=False)
+    effects_complete: EffectsCompleteMode = EffectsCompleteMode.AUTO
+    disabled: bool = False
+    replay: str | None = None
+    ci_capture: bool = False
+    ci_spool: str = ".reproit/ci-spool"
+    ci_spool_max: int = _SPOOL_MAX_DEFAULT
+    debug_dump: str | None = None
+    problems: tuple[str, ...] = ()
+    """What made the configuration unusable (then ``disabled`` is true)."""
+
+    @property
+    def capture_problem(self) -> str | None:
+        """Why uploads are off (section 5.1), or None when they can run."""
+        if self.disabled:
+            return "reproit-otel is disabled"
+        if not self.endpoint:
+            return f"{REPROIT_ENDPOINT} is not set"
+        if not self.api_key:
+            return f"{REPROIT_API_KEY} is not set"
+        if not self.app_id or not _is_token(self.app_id):
+            return f"{REPROIT_APP_ID} must be a token (got {self.app_id!r})"
+        if self.build is not None and not _is_token(self.build):
+            return f"{REPROIT_BUILD} must be a token (got {self.build!r})"
+        return None
+
+    @property
+    def capture_enabled(self) -> bool:
+        """True when failing operations can be uploaded."""
+        return self.capture_problem is None
+
+    @property
+    def usable_image_digest(self) -> str | None:
+        """``image_digest`` when it is a token (section 5.6), else None."""
+        digest = self.image_digest
+        return digest if digest is not None and _is_token(digest) else None
+
+
+def _read(setting: Setting, environ: Mapping[str, str]) -> Any:
+    names = (setting.env, *setting.fallbacks)
+    first_error: ConfigurationError | None = None
+    for name in names:
+        raw = environ.get(name)
+        if raw is None:
+            continue
+        try:
+            value = setting.parse(raw)
+        except ConfigurationError as exc:
+            # A fallback chain takes the first usable value (REPROIT_COMMIT then GITHUB_SHA).
+            first_error = first_error or exc
+            continue
+        if value is None and setting.fallbacks:
+            continue
+        return setting.default if value is None else value
+    if first_error is not None and not setting.fallbacks:
+        raise first_error
+    return setting.default
+
+
+def read_config(environ: Mapping[str, str] | None = None) -> ReproitConfig:
+    """Read every setting from ``environ`` (default ``os.environ``).
+
+    Raises :class:`ConfigurationError` naming the variable, the value's problem and what
+    is expected, for the first unusable setting.
+    """
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for setting in SETTINGS:
+        try:
+            values[setting.attribute] = _read(setting, env)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{setting.env}: {exc}") from None
+    return ReproitConfig(**values)
+
+
+def load_config(environ: Mapping[str, str] | None = None) -> ReproitConfig:
+    """Like :func:`read_config`, but never raises.
+
+    Unusable settings produce a disabled configuration listing the ``problems``; one log line
+    (warning) says what was wrong and that reproit-otel is off.
+    """
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for setting in SETTINGS:
+        try:
+            values[setting.attribute] = _read(setting, env)
+        except ConfigurationError as exc:
+            problems.append(f"{setting.env}: {exc}")
+            values[setting.attribute] = setting.default
+    if problems:
+        values["disabled"] = True
+        values["problems"] = tuple(problems)
+        _log.warning(
+            "reproit-otel is disabled because its configuration is unusable (%s); "
+            "fix the variable(s) and restart, the application itself is unaffected",
+            "; ".join(problems),
+        )
+    return ReproitConfig(**values)
+
+
+def _default_text(setting: Setting) -> str:
+    default = setting.default
+    if default is None or default == ():
+        return "unset"
+    if isinstance(default, bool):
+        return "`1`" if default else "`0`"
+    if isinstance(default, enum.Enum):
+        return f"`{default.value}`"
+    return f"`{default}`"
+
+
+def render_markdown() -> str:
+    """The configuration reference as a Markdown table (``docs/configuration.md`` embeds it)."""
+    lines = ["| Variable | Default | Meaning |", "|---|---|---|"]
+    for setting in SETTINGS:
+        env = f"`{setting.env}`"
+        if setting.fallbacks:
+            env += " (then " + ", ".join(f"`{name}`" for name in setting.fallbacks) + ")"
+        lines.append(f"| {env} | {_default_text(setting)} | {setting.doc} |")
+    return "\n".join(lines) + "\n"
