@@ -1,0 +1,545 @@
+"""The scan-time trace: request headers in, ``x-reproit-events`` out (PROTOCOL sections 2 and 6).
+
+A traced request carries ``x-reproit-trace`` (and optionally actor, action, build and config
+contract headers). :func:`trace_context_from_headers` turns those into a :class:`TraceContext`;
+capture mode and CI mode build one themselves with ``capture_envelope=True``.
+
+:meth:`BackendTrace.begin` opens a trace for one operation and pushes its ``start`` event.
+The application (or a recorder) adds ``effect`` events, an agent may mark an oracle, and
+:meth:`BackendTrace.finish` pushes the ``return`` event. :meth:`BackendTrace.header` is the
+``x-reproit-events`` response header: unpadded base64url of the canonical JSON of the events::
+
+    context = trace_context_from_headers(request_headers.get)
+    if context is not None:
+        trace = BackendTrace.begin(context, "POST /projects", input=http_input(body=body))
+        trace.effect("write", resource="projects", key="42")
+        trace.finish({"id": 42}, 201, True, True)
+        response_headers["x-reproit-events"] = trace.header()
+
+Every event starts with the trace's common envelope (``traceId``, ``spanId``, ``actionIndex``,
+``operation``, then ``actor``, ``build``, ``configContract``, ``replaySeed``, ``tenant``,
+``idempotencyKey``, ``selections`` when present), then ``sequence`` and ``kind``, then the
+fields of its kind, then (capture and CI traces only) ``at`` and ``monoNs``. Inputs, effect
+details, exchanges and outputs are structurally redacted before they are stored.
+
+Limits, all raising :class:`~reproit_otel.errors.TraceError` with a ``code``:
+
+* ``InvalidOperation``: an operation that is empty or longer than 256 code points after
+  trimming, an explicit span id that is empty or longer than 128 code points, an unknown
+  effect kind or oracle id;
+* ``AlreadyFinished``: ``effect``/``oracle``/``finish`` after ``finish``, or ``header`` before;
+* ``TooManyEvents``: a push past 256 events (a failing ``finish`` leaves the trace open);
+* ``HeaderTooLarge``: an encoded header longer than 60000 characters.
+
+Long names (decision D7): the default span id is ``<traceId>:<operation>``. Where that would
+exceed 128 code points the reference SDK throws and the request goes untraced; reproit-otel
+instead uses ``<traceId>:sha256:<first 24 hex of SHA-256(operation)>``. Should even that exceed
+128 code points (a trace id longer than 96 code points), the span id is the identity of the
+whole default span id, ``sha256:<first 24 hex of SHA-256(traceId:operation)>``. A span id
+given explicitly is never rewritten: over-long or empty, it is still ``InvalidOperation``.
+
+Sequence numbers come from one process-wide counter shared by every trace (thread-safe);
+:func:`reset_sequence` restarts it for tests. A trace itself is meant for one request, but its
+pushes are serialized so a recorder finishing an exchange on another thread is safe.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from reproit_otel.errors import TraceError
+from reproit_otel.wire._js import (
+    UNSET,
+    code_point_cut,
+    is_js_integer,
+    js_number,
+    js_string,
+    js_trim,
+    utf8_bytes,
+    well_formed,
+)
+from reproit_otel.wire.canonical import canonical_json_bytes
+from reproit_otel.wire.redaction import redact
+
+__all__ = [
+    "AGENT_ORACLES",
+    "EFFECT_KINDS",
+    "MAX_EVENTS",
+    "MAX_HEADER_LENGTH",
+    "ORACLE_MARKER_RESOURCE",
+    "SERVER_ERROR_ORACLE",
+    "BackendTrace",
+    "TraceContext",
+    "TraceEvent",
+    "identity",
+    "marked_oracle",
+    "reset_sequence",
+    "trace_context_from_headers",
+]
+
+TraceEvent = dict[str, Any]
+"""One trace event as a JSON object (key order as the reference builds it)."""
+
+TRACE_HEADER: Final = "x-reproit-trace"
+ACTOR_HEADER: Final = "x-reproit-actor"
+ACTION_HEADER: Final = "x-reproit-action"
+BUILD_HEADER: Final = "x-reproit-build"
+CONFIG_CONTRACT_HEADER: Final = "x-reproit-config-contract"
+EVENTS_HEADER: Final = "x-reproit-events"
+
+MAX_EVENTS: Final = 256
+"""Events per trace (start, effects and return together); also the selections kept."""
+MAX_HEADER_LENGTH: Final = 60000
+"""Longest ``x-reproit-events`` value, in base64url characters."""
+MAX_TRACE_ID: Final = 128
+MAX_ACTOR: Final = 32
+MAX_BUILD: Final = 128
+MAX_CONFIG_CONTRACT: Final = 128
+MAX_OPERATION: Final = 256
+MAX_SPAN_ID: Final = 128
+MAX_TENANT: Final = 128
+MAX_EFFECT_FIELD: Final = 256
+MAX_ACTION_INDEX: Final = 0xFFFFFFFF
+
+EFFECT_KINDS: Final = ("read", "write", "delete", "emit", "call")
+"""The effect kinds :meth:`BackendTrace.effect` accepts."""
+
+SERVER_ERROR_ORACLE: Final = "backend-server-error"
+"""The oracle of an operation that returned HTTP 5xx."""
+AGENT_ORACLES: Final = (
+    "agent-response-content",
+    "agent-guardrail-violation",
+    "agent-loop-bound-exceeded",
+)
+"""The agent oracle ids :meth:`BackendTrace.oracle` accepts, in registry order."""
+ORACLE_MARKER_RESOURCE: Final = "reproit-oracle"
+"""The ``resource`` of the ``emit`` effect that marks an agent oracle."""
+
+
+# --- the process-wide sequence counter -------------------------------------------------------
+
+_sequence_lock = threading.Lock()
+_next_sequence = 1
+
+
+def _take_sequence() -> int:
+    global _next_sequence
+    with _sequence_lock:
+        value = _next_sequence
+        _next_sequence += 1
+        return value
+
+
+def reset_sequence(start: int = 1) -> None:
+    """Restart the process-wide event sequence counter at ``start`` (a test hook)."""
+    global _next_sequence
+    with _sequence_lock:
+        _next_sequence = start
+
+
+# --- JavaScript-flavoured helpers ------------------------------------------------------------
+
+
+def _bounded(text: str, maximum: int) -> str | None:
+    """Trimmed text of 1..``maximum`` code points, else ``None`` (never truncated)."""
+    trimmed = js_trim(well_formed(text))
+    if not trimmed or len(trimmed) > maximum:
+        return None
+    return trimmed
+
+
+def _absent(value: object) -> bool:
+    """JavaScript ``value == null``: ``undefined`` or ``null``."""
+    return value is UNSET or value is None
+
+
+def _truthy(value: object) -> bool:
+    """JavaScript truthiness for the values a context may hold."""
+    if _absent(value) or value is False:
+        return False
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value != 0 and not math.isnan(value)
+    if isinstance(value, str):
+        return value != ""
+    return True
+
+
+def _header_text(value: object) -> str:
+    """``String(value)`` of a header value; raw header bytes are read as ISO-8859-1."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("latin-1")
+    return js_string(value)
+
+
+def identity(value: str) -> str:
+    """``sha256:`` and the first 12 bytes of SHA-256 of the UTF-8 text, as 24 lowercase hex."""
+    return "sha256:" + hashlib.sha256(utf8_bytes(value)).hexdigest()[:24]
+
+
+# --- trace context ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TraceContext:
+    """Who and what a trace belongs to (PROTOCOL 2.1, 5.2, 8.2).
+
+    ``capture_envelope`` marks capture and CI traces: their events carry ``at`` and
+    ``monoNs``, and ``replaySeed`` when ``replay_seed`` is a string.
+    """
+
+    trace_id: str
+    actor: str | None = None
+    action_index: int = 0
+    build: str | None = None
+    config_contract: str | None = None
+    capture_envelope: bool = False
+    replay_seed: str | None = None
+
+    @classmethod
+    def from_wire(cls, context: Mapping[str, Any]) -> TraceContext:
+        """A context from its JSON spelling (``traceId``, ``actionIndex``, ...), values as given."""
+        return cls(
+            trace_id=context.get("traceId", UNSET),
+            actor=context.get("actor"),
+            action_index=context.get("actionIndex", UNSET),
+            build=context.get("build"),
+            config_contract=context.get("configContract"),
+            capture_envelope=context.get("captureEnvelope") is True,
+            replay_seed=context.get("replaySeed"),
+        )
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON spelling; ``captureEnvelope``/``replaySeed`` only for capture contexts."""
+        wire: dict[str, Any] = {
+            "traceId": self.trace_id,
+            "actor": self.actor,
+            "actionIndex": self.action_index,
+            "build": self.build,
+            "configContract": self.config_contract,
+        }
+        if self.capture_envelope:
+            wire["captureEnvelope"] = True
+            wire["replaySeed"] = self.replay_seed
+        return wire
+
+
+def _action_index(value: object) -> int:
+    if _absent(value):
+        return 0
+    number = js_number(js_trim(_header_text(value)))
+    if is_js_integer(number) and 0 <= number <= MAX_ACTION_INDEX:
+        return int(number)
+    return 0
+
+
+def trace_context_from_headers(get: Callable[[str], Any]) -> TraceContext | None:
+    """Read the trusted ``x-reproit-*`` request headers (PROTOCOL 2.1).
+
+    ``get(name)`` returns the value of the lowercase header ``name``, or ``None`` (or
+    :data:`UNSET`) when the request has none. Values that are not strings are stringified as
+    JavaScript would (a list of repeated values becomes ``"a,b"``). Returns ``None`` when there
+    is no usable ``x-reproit-trace`` (empty, or over 128 code points after trimming): the
+    request is then not traced. Other over-long or empty fields become ``None``; an action
+    index that is not an integer in 0..4294967295 (JavaScript ``Number`` syntax) becomes 0.
+    """
+
+    def field(name: str, maximum: int) -> str | None:
+        value = get(name)
+        return None if _absent(value) else _bounded(_header_text(value), maximum)
+
+    trace_id = field(TRACE_HEADER, MAX_TRACE_ID)
+    if trace_id is None:
+        return None
+    return TraceContext(
+        trace_id=trace_id,
+        actor=field(ACTOR_HEADER, MAX_ACTOR),
+        action_index=_action_index(get(ACTION_HEADER)),
+        build=field(BUILD_HEADER, MAX_BUILD),
+        config_contract=field(CONFIG_CONTRACT_HEADER, MAX_CONFIG_CONTRACT),
+    )
+
+
+# --- the trace -------------------------------------------------------------------------------
+
+
+def _wall_ms() -> int:
+    # Looked up at call time so a pinned clock (replay) is seen.
+    return time.time_ns() // 1_000_000
+
+
+def _mono_ns() -> int:
+    return time.monotonic_ns()
+
+
+def _default_span_id(trace_id: object, name: str) -> str:
+    """The default span id, shortened as decision D7 says when it would be too long."""
+    prefix = js_string(trace_id)
+    span_id = prefix + ":" + name
+    if _bounded(span_id, MAX_SPAN_ID) is not None:
+        return span_id
+    span_id = prefix + ":" + identity(name)
+    if _bounded(span_id, MAX_SPAN_ID) is not None:
+        return span_id
+    return identity(prefix + ":" + name)
+
+
+class BackendTrace:
+    """The events of one traced operation. Open one with :meth:`begin`."""
+
+    def __init__(
+        self,
+        common: Mapping[str, Any],
+        *,
+        capture_envelope: bool = False,
+        wall_ms: Callable[[], int] | None = None,
+        mono_ns: Callable[[], int] | None = None,
+    ) -> None:
+        self._common: dict[str, Any] = dict(common)
+        self._events: list[TraceEvent] = []
+        self._finished = False
+        self._lock = threading.Lock()
+        self._capture_envelope = capture_envelope
+        self._wall_ms = wall_ms or _wall_ms
+        self._mono_ns = mono_ns or _mono_ns
+        self._origin_ns = self._mono_ns() if capture_envelope else 0
+
+    @classmethod
+    def begin(
+        cls,
+        context: TraceContext | Mapping[str, Any],
+        operation: Any,
+        *,
+        span_id: Any = UNSET,
+        tenant: Any = UNSET,
+        idempotency_key: Any = UNSET,
+        input: Any = UNSET,
+        selections: Any = UNSET,
+        wall_ms: Callable[[], int] | None = None,
+        mono_ns: Callable[[], int] | None = None,
+    ) -> BackendTrace:
+        """Open a trace and push its ``start`` event (PROTOCOL 2.2).
+
+        ``context`` is a :class:`TraceContext` or its JSON spelling. ``operation`` is
+        stringified and trimmed; ``span_id`` defaults to ``<traceId>:<operation>`` (shortened
+        per decision D7); an over-long ``tenant`` is dropped; ``idempotency_key`` is recorded
+        only as its :func:`identity`; ``input`` is redacted; at most 256 ``selections`` are
+        kept. For capture-envelope contexts ``wall_ms`` (epoch milliseconds) and ``mono_ns``
+        (a monotonic nanosecond clock) replace the real clocks behind ``at`` and ``monoNs``.
+
+        Raises :class:`~reproit_otel.errors.TraceError` ``InvalidOperation`` for an empty or
+        over-long operation or explicit span id.
+        """
+        if isinstance(context, Mapping):
+            context = TraceContext.from_wire(context)
+        name = _bounded(js_string(operation), MAX_OPERATION)
+        if name is None:
+            raise TraceError("InvalidOperation")
+        if _absent(span_id):
+            span = _bounded(_default_span_id(context.trace_id, name), MAX_SPAN_ID)
+        else:
+            span = _bounded(js_string(span_id), MAX_SPAN_ID)
+        if span is None:
+            raise TraceError("InvalidOperation")
+
+        common: dict[str, Any] = {"traceId": context.trace_id, "spanId": span}
+        action_index: Any = context.action_index
+        if action_index is not UNSET:  # a context read from JSON may lack it
+            common["actionIndex"] = action_index
+        common["operation"] = name
+        if _truthy(context.actor):
+            common["actor"] = context.actor
+        if _truthy(context.build):
+            common["build"] = context.build
+        if _truthy(context.config_contract):
+            common["configContract"] = context.config_contract
+        if context.capture_envelope is True and isinstance(context.replay_seed, str):
+            common["replaySeed"] = context.replay_seed
+        bounded_tenant = None if _absent(tenant) else _bounded(js_string(tenant), MAX_TENANT)
+        if bounded_tenant is not None:
+            common["tenant"] = bounded_tenant
+        if not _absent(idempotency_key):
+            common["idempotencyKey"] = identity(js_string(idempotency_key))
+        if isinstance(selections, (list, tuple)) and selections:
+            common["selections"] = list(selections[:MAX_EVENTS])
+
+        trace = cls(
+            common,
+            capture_envelope=context.capture_envelope is True,
+            wall_ms=wall_ms,
+            mono_ns=mono_ns,
+        )
+        trace._push("start", {"input": redact(None if input is UNSET else input)})
+        return trace
+
+    # -- reading ----------------------------------------------------------------------------
+
+    @property
+    def events(self) -> list[TraceEvent]:
+        """The events in push order (a new list; the event objects are the trace's own)."""
+        with self._lock:
+            return list(self._events)
+
+    @property
+    def finished(self) -> bool:
+        """Whether :meth:`finish` succeeded."""
+        return self._finished
+
+    @property
+    def trace_id(self) -> Any:
+        """The trace id every event carries."""
+        return self._common["traceId"]
+
+    @property
+    def span_id(self) -> str:
+        """The span id every event carries."""
+        span: str = self._common["spanId"]
+        return span
+
+    @property
+    def operation(self) -> str:
+        """The bounded operation name every event carries."""
+        name: str = self._common["operation"]
+        return name
+
+    @property
+    def capture_envelope(self) -> bool:
+        """Whether events carry ``at``/``monoNs`` (capture and CI traces)."""
+        return self._capture_envelope
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def effect(
+        self,
+        kind: Any,
+        *,
+        resource: Any = UNSET,
+        key: Any = UNSET,
+        tenant: Any = UNSET,
+        event: Any = UNSET,
+        detail: Any = UNSET,
+        exchange: Any = UNSET,
+    ) -> None:
+        """Push an ``effect`` event (PROTOCOL 2.4).
+
+        ``resource``, ``key``, ``tenant`` (recorded as ``effectTenant``) and ``event`` are
+        stringified and cut to 256 code points. ``detail`` is redacted and contributes only
+        its ``before``, ``after`` and ``payload`` keys; ``exchange`` is redacted and kept when
+        it is an object. Raises ``TraceError`` ``AlreadyFinished``, ``InvalidOperation`` (kind
+        not one of :data:`EFFECT_KINDS`) or ``TooManyEvents``.
+        """
+        if self._finished:
+            raise TraceError("AlreadyFinished")
+        if not isinstance(kind, str) or kind not in EFFECT_KINDS:
+            raise TraceError("InvalidOperation")
+        fields: dict[str, Any] = {"effect": kind}
+        for name, value in (
+            ("resource", resource),
+            ("key", key),
+            ("effectTenant", tenant),
+            ("event", event),
+        ):
+            if not _absent(value):
+                fields[name] = code_point_cut(js_string(value), MAX_EFFECT_FIELD)
+        if not _absent(detail):
+            redacted = redact(detail)
+            if isinstance(redacted, dict):
+                for part in ("before", "after", "payload"):
+                    if part in redacted:
+                        fields[part] = redacted[part]
+        if not _absent(exchange):
+            redacted = redact(exchange)
+            if isinstance(redacted, dict):
+                fields["exchange"] = redacted
+        self._push("effect", fields)
+
+    def oracle(self, oracle_id: Any, detail: Any = UNSET) -> None:
+        """Mark an agent oracle: an ``emit`` effect on ``reproit-oracle`` keyed by the id.
+
+        ``oracle_id`` must be one of :data:`AGENT_ORACLES` (else ``InvalidOperation``);
+        ``detail``, when given and not ``None``, is recorded (redacted) as ``payload``.
+        """
+        if not isinstance(oracle_id, str) or oracle_id not in AGENT_ORACLES:
+            raise TraceError("InvalidOperation")
+        self.effect(
+            "emit",
+            resource=ORACLE_MARKER_RESOURCE,
+            key=oracle_id,
+            detail=UNSET if _absent(detail) else {"payload": detail},
+        )
+
+    def finish(
+        self,
+        output: Any = UNSET,
+        status: Any = UNSET,
+        success: Any = UNSET,
+        effects_complete: Any = UNSET,
+    ) -> None:
+        """Push the ``return`` event and mark the trace finished (PROTOCOL 2.4).
+
+        ``output`` is redacted (``null`` when absent); ``status`` is recorded as given and
+        left out when absent; ``success`` and ``effects_complete`` are ``true`` only for
+        ``True``. Raises ``TraceError`` ``AlreadyFinished`` or ``TooManyEvents`` (the trace then
+        stays unfinished).
+        """
+        if self._finished:
+            raise TraceError("AlreadyFinished")
+        fields: dict[str, Any] = {"output": redact(None if output is UNSET else output)}
+        if status is not UNSET:
+            fields["status"] = status
+        fields["success"] = success is True
+        fields["effectsComplete"] = effects_complete is True
+        self._push("return", fields)
+        self._finished = True
+
+    def header(self) -> str:
+        """The ``x-reproit-events`` value: unpadded base64url of the events' canonical JSON.
+
+        Raises ``TraceError`` ``AlreadyFinished`` while the trace is not finished (the
+        reference reuses that code) and ``HeaderTooLarge`` past 60000 characters.
+        """
+        if not self._finished:
+            raise TraceError("AlreadyFinished")
+        encoded = base64.urlsafe_b64encode(canonical_json_bytes(self.events)).rstrip(b"=")
+        if len(encoded) > MAX_HEADER_LENGTH:
+            raise TraceError("HeaderTooLarge")
+        return encoded.decode("ascii")
+
+    def _push(self, kind: str, fields: Mapping[str, Any]) -> None:
+        with self._lock:
+            if len(self._events) >= MAX_EVENTS:
+                raise TraceError("TooManyEvents")
+            event: TraceEvent = dict(self._common)
+            event["sequence"] = _take_sequence()
+            event["kind"] = kind
+            event.update(fields)
+            if self._capture_envelope:
+                event["at"] = self._wall_ms()
+                event["monoNs"] = self._mono_ns() - self._origin_ns
+            self._events.append(event)
+
+
+def marked_oracle(events: Iterable[Any]) -> str | None:
+    """The agent oracle id of the first oracle marker among ``events``, else ``None``.
+
+    A marker is an ``effect`` event on resource ``reproit-oracle`` whose ``key`` is one of
+    :data:`AGENT_ORACLES` (PROTOCOL 6).
+    """
+    for event in events:
+        if not isinstance(event, Mapping):
+            continue
+        key = event.get("key")
+        if (
+            event.get("kind") == "effect"
+            and event.get("resource") == ORACLE_MARKER_RESOURCE
+            and isinstance(key, str)
+            and key in AGENT_ORACLES
+        ):
+            return key
+    return None
