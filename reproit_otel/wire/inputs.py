@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any, TypedDict
 
 from reproit_otel.wire._js import UNSET, js_string
+from reproit_otel.wire.bounds import js_lower
 
 __all__ = ["Selection", "http_input", "selection"]
 
@@ -84,8 +85,9 @@ def http_input(
     ``body`` is kept unless it is ``None`` or absent. ``path`` (path parameters), ``query``
     (decoded; repeated parameters as lists) and ``headers`` are kept only when they are a
     mapping or a list with at least one entry (a list's indexes become keys, as in
-    JavaScript); header names are lowercased, a later name that lowercases to an earlier one
-    wins. Any other value (a string, a number) is left out; nothing here raises.
+    JavaScript); header names are lowercased (JavaScript ``toLowerCase``), and a later name
+    that lowercases to an earlier one wins. Any other value (a string, a number) is left
+    out; nothing here raises.
     """
     value: dict[str, Any] = {}
     if body is not UNSET and body is not None:
@@ -95,7 +97,7 @@ def http_input(
         if not entries:
             continue
         if name == "headers":
-            value[name] = {key.lower(): field for key, field in entries}
+            value[name] = {js_lower(key): field for key, field in entries}
         else:
             value[name] = dict(entries)
     return value
