@@ -1,0 +1,15 @@
+"""The ingest that ships with reproit-otel: ``reproit-otel serve``.
+
+It receives what production sends and keeps it where a developer can pull it from:
+
+* :mod:`~reproit_otel.ingest.app`: the HTTP API (capture batches, OTLP traces, occurrences,
+  capsules), a Starlette application;
+* :mod:`~reproit_otel.ingest.store`: SQLite or PostgreSQL storage and occurrence grouping;
+* :mod:`~reproit_otel.ingest.facts`: what an occurrence is grouped and listed by;
+* :mod:`~reproit_otel.ingest.otlp`: failing server spans from OTLP/HTTP protobuf;
+* :mod:`~reproit_otel.ingest.accesslog`: one JSON access-log line per request;
+* :mod:`~reproit_otel.ingest.server`: the uvicorn server ``reproit-otel serve`` runs.
+
+The server dependencies (Starlette, uvicorn, opentelemetry-proto) come with the ``serve``
+extra; nothing here is imported by the SDK at runtime.
+"""

@@ -1,0 +1,149 @@
+"""What the ingest learns from a stored failure: the facts an occurrence is grouped and listed by.
+
+A ``capture-batch-v1`` (PROTOCOL section 5.5) is read for:
+
+* ``operation``: the name of the first ``operation-start`` event;
+* ``signature`` and ``summary``: from the first ``observation`` event's ``failure``; the
+  occurrence is the group of every failure with the same project and signature;
+* ``oracle``: the signature up to its first ``:`` (section 5.9);
+* ``status``: the ``status`` of the raw return event carried by the ``operation-return``
+  effect, when it is an integer;
+* ``build`` / ``commit``: the batch ``deployment``;
+* ``has_exchanges``: whether any ``dependency`` or ``state-access`` event carries a
+  replayable value with an ``exchange`` (a capsule can then replay the operation).
+
+A failing OTLP server span (``POST /v1/traces``) gives the same facts without exchanges: its
+signature is ``backend-server-error:<operation>``, the one a capture batch of the same failure
+carries, so both land on one occurrence.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+SERVER_ERROR_ORACLE = "backend-server-error"
+
+
+class UnsignedBatchError(ValueError):
+    """The batch carries no signed failure observation, so it names no occurrence."""
+
+
+@dataclass(frozen=True)
+class FailureFacts:
+    """One failure, as the store groups it."""
+
+    project_id: str
+    signature: str
+    operation: str
+    summary: str
+    status: int | None
+    build: str | None
+    commit: str | None
+    has_exchanges: bool
+
+    @property
+    def oracle(self) -> str:
+        """The oracle id: the signature up to its first ``:``."""
+        return self.signature.split(":", 1)[0]
+
+    @property
+    def occurrence_id(self) -> str:
+        """A stable id for the (project, signature) group, equal on every ingest instance."""
+        digest = hashlib.sha256(f"{self.project_id}\0{self.signature}".encode()).hexdigest()
+        return f"occ_{digest[:20]}"
+
+
+def _event_body(event: Any) -> Mapping[str, Any]:
+    if isinstance(event, Mapping):
+        body = event.get("event")
+        if isinstance(body, Mapping):
+            return body
+    return {}
+
+
+def _replayable(body: Mapping[str, Any]) -> Any:
+    value = body.get("value")
+    if isinstance(value, Mapping) and value.get("representation") == "replayable":
+        return value.get("value")
+    return None
+
+
+def _token_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def batch_facts(batch: Mapping[str, Any]) -> FailureFacts:
+    """Read the occurrence facts of a validated capture batch.
+
+    Raises :class:`UnsignedBatchError` when the batch has no operation-start or no observation
+    with a non-empty signature.
+    """
+    operation: str | None = None
+    signature: str | None = None
+    summary = ""
+    status: int | None = None
+    has_exchanges = False
+    events = batch.get("events")
+    for event in events if isinstance(events, list) else []:
+        body = _event_body(event)
+        kind = body.get("kind")
+        if kind == "operation-start" and operation is None:
+            name = body.get("name")
+            operation = name if isinstance(name, str) else None
+        elif kind == "observation" and signature is None:
+            failure = body.get("failure")
+            if isinstance(failure, Mapping):
+                found = failure.get("signature")
+                if isinstance(found, str) and found:
+                    signature = found
+                    summary = str(failure.get("summary") or "")
+        elif kind in ("dependency", "state-access"):
+            raw = _replayable(body)
+            if isinstance(raw, Mapping) and isinstance(raw.get("exchange"), Mapping):
+                has_exchanges = True
+        elif kind == "effect" and body.get("subject") == "operation-return" and status is None:
+            raw = _replayable(body)
+            if isinstance(raw, Mapping):
+                found_status = raw.get("status")
+                if isinstance(found_status, int) and not isinstance(found_status, bool):
+                    status = found_status
+    if operation is None:
+        raise UnsignedBatchError("the batch has no operation-start event")
+    if signature is None:
+        raise UnsignedBatchError("the batch has no failure observation with a signature")
+    deployment = batch.get("deployment")
+    deployment = deployment if isinstance(deployment, Mapping) else {}
+    return FailureFacts(
+        project_id=str(batch.get("projectId")),
+        signature=signature,
+        operation=operation,
+        summary=summary,
+        status=status,
+        build=_token_or_none(deployment.get("version")),
+        commit=_token_or_none(deployment.get("commit")),
+        has_exchanges=has_exchanges,
+    )
+
+
+def server_span_facts(
+    *,
+    project_id: str,
+    operation: str,
+    status: int,
+    build: str | None,
+    commit: str | None,
+) -> FailureFacts:
+    """The facts of a failing server span received over OTLP (no exchanges)."""
+    return FailureFacts(
+        project_id=project_id,
+        signature=f"{SERVER_ERROR_ORACLE}:{operation}",
+        operation=operation,
+        summary=f"backend operation {operation} returned HTTP {status}",
+        status=status,
+        build=build,
+        commit=commit,
+        has_exchanges=False,
+    )
