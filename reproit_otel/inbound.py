@@ -1,0 +1,92 @@
+"""Facts about the inbound request, handed from the WSGI/ASGI middleware to the span processor.
+
+The middleware (``instrumentation/wsgi.py``, ``instrumentation/asgi.py``) runs outside the
+OpenTelemetry server span: it reads the request (method, concrete path, the canonical input
+of PROTOCOL 9.2, the trusted ``x-reproit-*`` headers) and publishes an :class:`InboundRequest`
+in a :class:`~contextvars.ContextVar` for the duration of the application call. When the
+server span starts inside that call, the span processor reads it (:func:`current_inbound`),
+begins the operation and stores it in :attr:`InboundRequest.operation`, so the middleware can
+finish the operation when the response starts.
+
+Without the middleware (a framework reproit-otel does not wire) the processor falls back to
+what the server span's attributes say (method, path, query; no body, no headers) and
+finishes the operation itself when the span ends.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from reproit_otel.operation import Operation
+
+__all__ = [
+    "MAX_INBOUND_BODY",
+    "InboundRequest",
+    "current_inbound",
+    "inbound_scope",
+    "single_or_list",
+]
+
+MAX_INBOUND_BODY = 65536
+"""Request and response bodies are buffered up to this many bytes (64 KiB, PROTOCOL 9.2)."""
+
+
+@dataclass
+class InboundRequest:
+    """One inbound HTTP request as the middleware saw it."""
+
+    method: str
+    """Request method as sent (``GET``)."""
+    path: str
+    """Concrete, percent-decoded path without the query (``/orders/42``)."""
+    input: dict[str, Any]
+    """The canonical input (``wire.inputs.http_input``), not yet redacted."""
+    header: Callable[[str], str | None]
+    """First value of a lowercase request header name, or None."""
+    operation: Operation | None = field(default=None, repr=False)
+    """Set by the span processor when the server span of this request begins an operation."""
+
+    @property
+    def operation_name(self) -> str:
+        """``METHOD /concrete/path``, the operation name (PROTOCOL 9.1)."""
+        return f"{self.method} {self.path}"
+
+
+_current: contextvars.ContextVar[InboundRequest | None] = contextvars.ContextVar(
+    "reproit_inbound", default=None
+)
+
+
+def current_inbound() -> InboundRequest | None:
+    """The inbound request of the current context, if a middleware published one."""
+    return _current.get()
+
+
+class inbound_scope:  # a context manager named like a function at its call sites
+    """Publish ``request`` as the current inbound request inside a ``with`` block."""
+
+    def __init__(self, request: InboundRequest) -> None:
+        self._request = request
+        self._token: contextvars.Token[InboundRequest | None] | None = None
+
+    def __enter__(self) -> InboundRequest:
+        self._token = _current.set(self._request)
+        return self._request
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            try:
+                _current.reset(self._token)
+            except ValueError:
+                # Reset from another context (a generator resumed elsewhere): clear instead.
+                _current.set(None)
+            self._token = None
+
+
+def single_or_list(pairs: Mapping[str, list[Any]]) -> dict[str, Any]:
+    """Collapse repeated values: one value stays itself, several become a list (PROTOCOL 9.2)."""
+    return {name: values[0] if len(values) == 1 else list(values) for name, values in pairs.items()}

@@ -1,0 +1,342 @@
+"""One server operation being recorded: its trace, its spans and its exchanges.
+
+An :class:`Operation` is created by the span processor when a local-root SERVER span starts
+(``processor.py``). It owns the :class:`~reproit_otel.wire.trace.BackendTrace` of the request
+and the bookkeeping that decides ``effectsComplete`` (PROTOCOL decision D4):
+
+* every span started under the operation's server span is tracked (parent, kind, name,
+  instrumentation library), up to :data:`MAX_SPANS_PER_OPERATION`;
+* a *dependency span* is a CLIENT span or a span with a ``db.system`` / ``db.system.name``
+  attribute; each must be covered by a recorded exchange. An exchange covers the span that was
+  current when the recorder started it (or that span's nearest dependency ancestor); a nested
+  transport span (urllib3 under requests) is covered by its covered dependency ancestor;
+* effects are complete when, at the moment the response starts, no dependency span went
+  uncovered, no exchange failed or is still pending, no unrecordable call was reported, and
+  the configuration does not force ``never``.
+
+Exchanges become ``effect`` events in completion order. The operation is *finished* when the
+middleware sees the response start (or, without middleware, when the server span ends) and
+*handed off* to the sinks once it is finished and its server span has ended, whichever comes
+last. Dependency activity after the finish (a background call still running under the
+request's context) cannot be recorded any more: it is counted and the operation is not handed
+off, because its ``effectsComplete: true`` would no longer be true.
+
+Every method is safe to call from any thread; state changes happen under the operation's lock.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from reproit_otel.errors import TraceError
+from reproit_otel.wire._js import UNSET
+from reproit_otel.wire.redaction import scrub_secret_values, scrub_value
+from reproit_otel.wire.trace import BackendTrace
+
+if TYPE_CHECKING:
+    from reproit_otel.inbound import InboundRequest
+
+__all__ = [
+    "MAX_INCOMPLETE_REASONS",
+    "MAX_SPANS_PER_OPERATION",
+    "ExchangeState",
+    "Operation",
+    "SpanRecord",
+]
+
+MAX_SPANS_PER_OPERATION = 1024
+"""Spans tracked per operation; past it new spans are not tracked and effects are incomplete."""
+MAX_INCOMPLETE_REASONS = 16
+"""Distinct incompleteness reasons kept per operation (the first ones)."""
+
+
+class ExchangeState(enum.Enum):
+    """Where a span stands with respect to its recorded exchange."""
+
+    NONE = "none"
+    PENDING = "pending"
+    DONE = "done"
+    FAILED = "failed"
+
+
+@dataclass
+class SpanRecord:
+    """What the processor keeps about one span of an operation."""
+
+    span_id: int
+    parent_id: int | None
+    name: str
+    library: str
+    dependency: bool
+    exchange: ExchangeState = ExchangeState.NONE
+    ended: bool = False
+
+
+@dataclass
+class ExchangeBinding:
+    """The handle an :class:`~reproit_otel.recording.ExchangeRecorder` reports with."""
+
+    operation: Operation
+    span_id: int | None
+    """The span that was current when the exchange started (None: not a span of ours)."""
+    target: int | None
+    """The dependency span this exchange covers, if any."""
+    state: ExchangeState = ExchangeState.PENDING
+
+
+class Operation:
+    """The recording of one server operation. Created by the span processor."""
+
+    def __init__(
+        self,
+        trace: BackendTrace,
+        *,
+        otel_trace_id: int,
+        root_span_id: int,
+        scan: bool,
+        inbound: InboundRequest | None,
+        effects_never: bool,
+        secrets: tuple[str, ...],
+        on_ready: Callable[[Operation], None],
+        on_reason: Callable[[Operation, str], None],
+    ) -> None:
+        self.trace = trace
+        self.otel_trace_id = otel_trace_id
+        self.root_span_id = root_span_id
+        self.scan = scan
+        self.inbound = inbound
+        self.created = time.monotonic()
+        self.spans: dict[int, SpanRecord] = {}
+        self.reasons: list[str] = []
+        self.pending = 0
+        self.recorded_exchanges = 0
+        self.late = False
+        self.finished = False
+        self.span_ended = False
+        self.handed_off = False
+        self.evicted = False
+        self.status: int | None = None
+        self._effects_never = effects_never
+        self._secrets = secrets
+        self._on_ready = on_ready
+        self._on_reason = on_reason
+        self._lock = threading.RLock()
+
+    # -- spans ------------------------------------------------------------------------------
+
+    def add_span(self, record: SpanRecord) -> bool:
+        """Track a span of this operation; False when the table is full (then incomplete)."""
+        with self._lock:
+            if len(self.spans) >= MAX_SPANS_PER_OPERATION:
+                self._reason_locked("too many spans to track (limit 1024)")
+                return False
+            self.spans[record.span_id] = record
+            if record.dependency and self.finished:
+                self._late_locked(f"{record.library}: {record.name} started after the response")
+            return True
+
+    def _covered(self, record: SpanRecord) -> bool:
+        if record.exchange in (ExchangeState.PENDING, ExchangeState.DONE):
+            return True
+        if record.exchange is ExchangeState.FAILED:
+            return False
+        ancestor = self._dependency_ancestor(record.parent_id)
+        return ancestor is not None and ancestor.exchange in (
+            ExchangeState.PENDING,
+            ExchangeState.DONE,
+        )
+
+    def _dependency_ancestor(self, span_id: int | None) -> SpanRecord | None:
+        """The nearest dependency span at or above ``span_id``, below the server span."""
+        seen = 0
+        while span_id is not None and span_id != self.root_span_id and seen < 256:
+            record = self.spans.get(span_id)
+            if record is None:
+                return None
+            if record.dependency:
+                return record
+            span_id = record.parent_id
+            seen += 1
+        return None
+
+    def end_span(self, span_id: int, *, dependency: bool) -> None:
+        """A span of this operation ended; an uncovered dependency span makes it incomplete."""
+        with self._lock:
+            record = self.spans.get(span_id)
+            if record is None:
+                return
+            record.ended = True
+            record.dependency = record.dependency or dependency
+            if not record.dependency or self._covered(record):
+                return
+            if record.exchange is ExchangeState.FAILED:
+                return  # the failure already gave its reason
+            reason = f"{record.library}: {record.name}"
+            if self.finished:
+                self._late_locked(reason)
+            else:
+                self._reason_locked(reason)
+
+    # -- exchanges --------------------------------------------------------------------------
+
+    def bind_exchange(self, span_id: int | None) -> ExchangeBinding:
+        """Start an exchange bound to ``span_id`` (the current span), pending until it ends."""
+        with self._lock:
+            target: SpanRecord | None = None
+            if span_id is not None and span_id != self.root_span_id:
+                target = self._dependency_ancestor(span_id)
+            binding = ExchangeBinding(self, span_id, target.span_id if target else None)
+            if target is not None and target.exchange is ExchangeState.NONE:
+                target.exchange = ExchangeState.PENDING
+            self.pending += 1
+            if self.finished:
+                self._late_locked("an exchange started after the response")
+            return binding
+
+    def adopt(self, binding: ExchangeBinding, record: SpanRecord) -> None:
+        """A dependency span started directly under a pending exchange with no span yet."""
+        with self._lock:
+            if binding.state is ExchangeState.PENDING and binding.target is None:
+                binding.target = record.span_id
+                record.exchange = ExchangeState.PENDING
+
+    def _settle(self, binding: ExchangeBinding, state: ExchangeState) -> bool:
+        if binding.state is not ExchangeState.PENDING:
+            return False
+        binding.state = state
+        self.pending -= 1
+        if binding.target is not None:
+            record = self.spans.get(binding.target)
+            if record is not None and record.exchange is not ExchangeState.FAILED:
+                record.exchange = state
+        return True
+
+    def exchange_finished(
+        self,
+        binding: ExchangeBinding,
+        effect: str,
+        resource: str | None,
+        key: str | None,
+        exchange: dict[str, Any],
+    ) -> None:
+        """Push the exchange as an effect (secret values scrubbed first, D8)."""
+        secrets = self._secrets
+        if secrets:
+            exchange = scrub_value(exchange, secrets)
+            resource = None if resource is None else scrub_secret_values(resource, secrets)
+            key = None if key is None else scrub_secret_values(key, secrets)
+        with self._lock:
+            if not self._settle(binding, ExchangeState.DONE):
+                return
+            if self.finished or self.evicted:
+                self._late_locked("an exchange finished after the response")
+                return
+            try:
+                self.trace.effect(
+                    effect,
+                    resource=UNSET if resource is None else resource,
+                    key=UNSET if key is None else key,
+                    exchange=exchange,
+                )
+            except TraceError as exc:
+                self._reason_locked(f"exchange not recorded: {exc.code}")
+                return
+            self.recorded_exchanges += 1
+
+    def exchange_failed(self, binding: ExchangeBinding, reason: str) -> None:
+        """The exchange could not be recorded; effects become incomplete with ``reason``."""
+        with self._lock:
+            if not self._settle(binding, ExchangeState.FAILED):
+                return
+            if self.finished:
+                self._late_locked(reason)
+            else:
+                self._reason_locked(reason)
+
+    def mark_incomplete(self, reason: str) -> None:
+        """An unrecordable call happened in this operation."""
+        with self._lock:
+            if self.finished:
+                self._late_locked(reason)
+            else:
+                self._reason_locked(reason)
+
+    # -- completeness -----------------------------------------------------------------------
+
+    def _reason_locked(self, reason: str) -> None:
+        if reason not in self.reasons and len(self.reasons) < MAX_INCOMPLETE_REASONS:
+            self.reasons.append(reason)
+            self._on_reason(self, reason)
+
+    def _late_locked(self, reason: str) -> None:
+        if not self.late:
+            self.late = True
+            self._on_reason(self, f"after the response: {reason}")
+
+    def open_dependency_reasons(self) -> list[str]:
+        """Reasons from dependency spans still open (or exchanges pending) right now."""
+        with self._lock:
+            reasons = [
+                f"{record.library}: {record.name} still running at the response"
+                for record in self.spans.values()
+                if record.dependency and not record.ended
+            ]
+            if self.pending:
+                reasons.append(f"{self.pending} exchange(s) unfinished at the response")
+            return reasons
+
+    def effects_complete(self) -> bool:
+        """D4: every dependency span covered, nothing failed or pending, mode is not never."""
+        with self._lock:
+            if self._effects_never:
+                return False
+            return not self.reasons and not self.open_dependency_reasons()
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def finish(self, status: int | None, output: Any = None) -> None:
+        """Push the ``return`` event: the response is starting with ``status``.
+
+        ``success`` is ``status < 500``; ``effectsComplete`` is computed (D4). A second call
+        does nothing. Hands the operation off when its server span has already ended.
+        """
+        with self._lock:
+            if self.finished or self.evicted:
+                return
+            for reason in self.open_dependency_reasons():
+                self._reason_locked(reason)
+            complete = self.effects_complete()
+            self.status = status
+            try:
+                self.trace.finish(
+                    output,
+                    UNSET if status is None else status,
+                    status is not None and status < 500,
+                    complete,
+                )
+            except TraceError as exc:
+                self._reason_locked(f"operation not finished: {exc.code}")
+            self.finished = True
+            ready = self.span_ended
+        if ready:
+            self._on_ready(self)
+
+    def end_root(self) -> bool:
+        """The server span ended. True when the operation is now ready to hand off."""
+        with self._lock:
+            self.span_ended = True
+            return self.finished
+
+    def header(self) -> str | None:
+        """The ``x-reproit-events`` value of a finished scan-time operation, else None."""
+        if not self.scan or not self.trace.finished:
+            return None
+        try:
+            return self.trace.header()
+        except TraceError:
+            return None

@@ -1,0 +1,484 @@
+"""The span processor that turns OpenTelemetry server spans into ReproIt operations.
+
+:class:`ReproitSpanProcessor` is an OpenTelemetry SDK ``SpanProcessor``. Add it to the
+``TracerProvider`` (``reproit_otel.install()`` does) and it:
+
+1. begins an operation when a SERVER span that is the local root starts (no parent, or a
+   remote parent). The trace context is the scan-time context of a trusted
+   ``x-reproit-trace`` header (decision D12: only with ``REPROIT_SCAN=1`` and, when
+   ``REPROIT_SCAN_TOKEN`` is set, a matching ``x-reproit-scan-token``; otherwise the header
+   is ignored), else a synthesized capture context (PROTOCOL 5.2: ``cap-<ms>-<n>``, a fresh
+   16-hex ``replaySeed``) when capture is on (a sink is configured), else nothing happens.
+   The operation name and input come from the WSGI/ASGI middleware (``inbound.py``), or from
+   the span's attributes when no middleware ran;
+2. tracks every span started under that server span and receives the exchanges recorders
+   report through :mod:`reproit_otel.recording`; they become ``effect`` events in completion
+   order (``operation.py`` says how ``effectsComplete`` is computed, D4). A span of a library
+   reproit-otel does not record (httpx, redis, ...) makes the operation incomplete; the reason
+   (library, span name) is counted in :meth:`ReproitSpanProcessor.stats` and logged once;
+3. finishes the operation when the middleware sees the response start (or itself when the
+   server span ends without middleware), and hands capture operations to the sinks
+   (:class:`OperationSink`, e.g. the uploader) once the server span has ended.
+   Scan-time operations are never captured: their events leave in the response header.
+
+It never raises into the application (every hook runs in :func:`reproit_otel._guard.guarded`),
+does no network I/O, and its tables are bounded: at most :data:`MAX_OPERATIONS` live
+operations, each evicted after :data:`OPERATION_TTL_S` seconds if its server span never ends.
+Concurrent requests (threads, asyncio tasks) are kept apart by their span ids.
+
+Debugging: :class:`DebugDumpSink` writes every handed-off operation's events as canonical JSON
+to ``<directory>/<traceId>.json`` (``REPROIT_DEBUG_DUMP=<directory>``).
+"""
+
+from __future__ import annotations
+
+import hmac
+import itertools
+import logging
+import os
+import re
+import secrets
+import tempfile
+import threading
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol, cast
+from urllib.parse import parse_qs
+
+from opentelemetry import trace as otel_trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.trace import SpanKind
+
+from reproit_otel import recording
+from reproit_otel._guard import guarded
+from reproit_otel.config import EffectsCompleteMode, ReproitConfig, load_config
+from reproit_otel.errors import TraceError
+from reproit_otel.inbound import InboundRequest, current_inbound, single_or_list
+from reproit_otel.operation import ExchangeBinding, Operation, SpanRecord
+from reproit_otel.wire.canonical import canonical_json_bytes
+from reproit_otel.wire.inputs import http_input
+from reproit_otel.wire.trace import BackendTrace, TraceContext, trace_context_from_headers
+
+__all__ = [
+    "MAX_OPERATIONS",
+    "OPERATION_TTL_S",
+    "SCAN_TOKEN_HEADER",
+    "DebugDumpSink",
+    "OperationSink",
+    "ReproitSpanProcessor",
+]
+
+_log = logging.getLogger("reproit_otel")
+
+MAX_OPERATIONS = 1024
+"""Live operations kept at once; the oldest is evicted past it."""
+OPERATION_TTL_S = 600.0
+"""An operation whose server span has not ended after this many seconds is evicted."""
+SCAN_TOKEN_HEADER = "x-reproit-scan-token"
+"""Request header that must carry ``REPROIT_SCAN_TOKEN`` for a scan request to be trusted."""
+_TRACE_HEADER = "x-reproit-trace"
+_MAX_REASON_KEYS = 256
+_DB_ATTRIBUTES = ("db.system", "db.system.name")
+_LIBRARY_PREFIX = re.compile(r"^opentelemetry\.instrumentation\.")
+
+
+class OperationSink(Protocol):
+    """Receives every finished capture operation (the uploader, the debug dump)."""
+
+    def submit(self, trace: BackendTrace) -> None:
+        """Take the finished trace; must not block or raise."""
+
+
+class DebugDumpSink:
+    """Write each finished operation's events to ``<directory>/<traceId>.json`` (canonical JSON).
+
+    Meant for debugging and tests (``REPROIT_DEBUG_DUMP``); files are written atomically (a
+    temporary file renamed into place), on the thread that ends the server span.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+
+    def submit(self, trace: BackendTrace) -> None:
+        """Write the trace's events; failures are logged, never raised."""
+        with guarded("debug_dump.submit"):
+            self.directory.mkdir(parents=True, exist_ok=True)
+            name = re.sub(r"[^A-Za-z0-9._-]", "_", str(trace.trace_id)) + ".json"
+            data = canonical_json_bytes(trace.events)
+            fd, temporary = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(temporary, self.directory / name)
+
+
+def _library(span: ReadableSpan) -> str:
+    scope = span.instrumentation_scope
+    name = scope.name if scope is not None and scope.name else "unknown"
+    return _LIBRARY_PREFIX.sub("", name)
+
+
+def _is_dependency(span: ReadableSpan) -> bool:
+    if span.kind is SpanKind.CLIENT:
+        return True
+    attributes = span.attributes or {}
+    return any(name in attributes for name in _DB_ATTRIBUTES)
+
+
+def _attribute_text(span: ReadableSpan, *names: str) -> str | None:
+    attributes = span.attributes or {}
+    for name in names:
+        value = attributes.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _status_of(span: ReadableSpan) -> int | None:
+    attributes = span.attributes or {}
+    for name in ("http.response.status_code", "http.status_code"):
+        value = attributes.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+class ReproitSpanProcessor(SpanProcessor):
+    """Begins, tracks and hands off ReproIt operations from the spans it sees."""
+
+    def __init__(
+        self,
+        config: ReproitConfig | None = None,
+        sinks: Sequence[OperationSink] = (),
+        *,
+        capture: bool | None = None,
+        max_operations: int = MAX_OPERATIONS,
+        operation_ttl_s: float = OPERATION_TTL_S,
+    ) -> None:
+        """``capture`` (default: true when a sink is given) synthesizes a capture context for
+        every server operation; scan-time operations follow the configuration alone."""
+        self.config = config if config is not None else load_config()
+        self.sinks: list[OperationSink] = list(sinks)
+        self.capture = bool(self.sinks) if capture is None else capture
+        self._max_operations = max_operations
+        self._ttl = operation_ttl_s
+        self._lock = threading.Lock()
+        self._operations: OrderedDict[tuple[int, int], Operation] = OrderedDict()
+        self._spans: dict[tuple[int, int], Operation] = {}
+        self._counter = itertools.count(1)
+        self._stats: Counter[str] = Counter()
+        self._reasons: Counter[str] = Counter()
+        self._shutdown = False
+        self._secrets = tuple(
+            dict.fromkeys((*self.config.secret_values, *recording.registered_secret_values()))
+        )
+        recording.set_pipeline(self)
+
+    # -- public -----------------------------------------------------------------------------
+
+    def add_sink(self, sink: OperationSink) -> None:
+        """Also hand finished capture operations to ``sink`` (turns capture on)."""
+        self.sinks.append(sink)
+        self.capture = True
+
+    def stats(self) -> dict[str, Any]:
+        """Counters: operations begun/finished/submitted, evictions, exchanges, incompleteness.
+
+        ``incomplete_reasons`` maps ``"<library>: <span name>"`` (or another reason) to how
+        many operations it made incomplete.
+        """
+        with self._lock:
+            result: dict[str, Any] = dict(self._stats)
+            result["live_operations"] = len(self._operations)
+            result["incomplete_reasons"] = dict(self._reasons)
+        return result
+
+    # -- SpanProcessor ----------------------------------------------------------------------
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        """Begin an operation at a local-root SERVER span; track spans under an operation."""
+        if self._shutdown:
+            return
+        with guarded("processor.on_start"):
+            self._on_start(span)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        """Settle a span's coverage; hand off an operation whose server span ended."""
+        if self._shutdown:
+            return
+        with guarded("processor.on_end"):
+            self._on_end(span)
+
+    def shutdown(self) -> None:
+        """Stop recording (may be called twice); sinks with ``shutdown()`` are shut down."""
+        if self._shutdown:
+            return
+        self._shutdown = True
+        recording.clear_pipeline(self)
+        for sink in self.sinks:
+            with guarded("processor.shutdown"):
+                stop = getattr(sink, "shutdown", None)
+                if callable(stop):
+                    stop()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Flush sinks that can be flushed; True when all of them reported success."""
+        ok = True
+        for sink in self.sinks:
+            with guarded("processor.force_flush"):
+                flush = getattr(sink, "flush", None) or getattr(sink, "force_flush", None)
+                if callable(flush):
+                    ok = bool(flush(timeout_millis / 1000.0)) and ok
+        return ok
+
+    # -- recording pipeline (reproit_otel.recording) ----------------------------------------
+
+    def has_live_operations(self) -> bool:
+        """True while an operation is being recorded (the recorders' cheap check)."""
+        return bool(self._operations) and not self._shutdown
+
+    def start_exchange(self, library: str) -> recording.ExchangeRecorder | None:
+        """Bind a new exchange to the current span's operation (or None: nothing records)."""
+        if self._shutdown or not self._operations:
+            return None
+        operation, span_id = self._current_operation()
+        if operation is None:
+            return None
+        binding = operation.bind_exchange(span_id)
+        _open_binding.binding = binding
+        with self._lock:
+            self._stats["exchanges_started"] += 1
+        return recording.ExchangeRecorder(self, binding, library)
+
+    def mark_incomplete(self, reason: str) -> None:
+        """An unrecordable call in the current operation: its effects become incomplete."""
+        operation, _ = self._current_operation()
+        if operation is not None:
+            operation.mark_incomplete(reason)
+
+    def exchange_finished(
+        self,
+        handle: object,
+        effect: str,
+        resource: str | None,
+        key: str | None,
+        exchange: dict[str, Any],
+    ) -> None:
+        """Called by :class:`~reproit_otel.recording.ExchangeRecorder.finish`."""
+        binding = cast(ExchangeBinding, handle)
+        before = binding.operation.recorded_exchanges
+        binding.operation.exchange_finished(binding, effect, resource, key, exchange)
+        recorded = binding.operation.recorded_exchanges > before
+        with self._lock:
+            self._stats["exchanges_recorded" if recorded else "exchanges_lost"] += 1
+
+    def exchange_failed(self, handle: object, reason: str) -> None:
+        """Called by :class:`~reproit_otel.recording.ExchangeRecorder.fail`."""
+        binding = cast(ExchangeBinding, handle)
+        binding.operation.exchange_failed(binding, reason)
+        with self._lock:
+            self._stats["exchanges_failed"] += 1
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _current_operation(self) -> tuple[Operation | None, int | None]:
+        context = otel_trace.get_current_span().get_span_context()
+        if context.is_valid:
+            operation = self._spans.get((context.trace_id, context.span_id))
+            if operation is not None and not operation.evicted:
+                return operation, context.span_id
+        # Not a span of ours (another provider, a non-recording span): the request's operation.
+        inbound = current_inbound()
+        if inbound is not None and inbound.operation is not None:
+            operation = inbound.operation
+            if not operation.evicted and not operation.handed_off:
+                return operation, None
+        return None, None
+
+    def _on_start(self, span: Span) -> None:
+        context = span.get_span_context()
+        if context is None:
+            return
+        parent = span.parent
+        trace_id, span_id = context.trace_id, context.span_id
+        if parent is not None and not parent.is_remote:
+            operation = self._spans.get((trace_id, parent.span_id))
+            if operation is None or operation.evicted:
+                return
+            dependency = _is_dependency(span)
+            record = SpanRecord(span_id, parent.span_id, span.name, _library(span), dependency)
+            if operation.add_span(record):
+                with self._lock:
+                    self._spans[(trace_id, span_id)] = operation
+                if dependency:
+                    binding = getattr(_open_binding, "binding", None)
+                    if (
+                        isinstance(binding, ExchangeBinding)
+                        and binding.operation is operation
+                        and binding.span_id == parent.span_id
+                    ):
+                        operation.adopt(binding, record)
+            return
+        if span.kind is SpanKind.SERVER:
+            self._begin(span, trace_id, span_id)
+
+    def _trusted_scan_context(self, inbound: InboundRequest | None) -> TraceContext | None:
+        if inbound is None or not self.config.scan:
+            return None
+        if inbound.header(_TRACE_HEADER) is None:
+            return None
+        token = self.config.scan_token
+        if token is not None:
+            sent = inbound.header(SCAN_TOKEN_HEADER)
+            if sent is None or not hmac.compare_digest(sent.encode(), token.encode()):
+                with self._lock:
+                    self._stats["scan_requests_refused"] += 1
+                return None
+        return trace_context_from_headers(inbound.header)
+
+    def _capture_context(self) -> TraceContext:
+        return TraceContext(
+            trace_id=f"cap-{time.time_ns() // 1_000_000}-{next(self._counter)}",
+            build=self.config.build,
+            capture_envelope=True,
+            replay_seed=secrets.token_hex(8),
+        )
+
+    def _begin(self, span: Span, trace_id: int, span_id: int) -> None:
+        inbound = current_inbound()
+        if inbound is not None and inbound.operation is not None:
+            return  # a second server span in the same request (nested instrumentation)
+        scan_context = self._trusted_scan_context(inbound)
+        if scan_context is None and not self.capture:
+            return
+        context = scan_context or self._capture_context()
+        if inbound is not None:
+            name, input_value = inbound.operation_name, inbound.input
+        else:
+            name, input_value = self._from_attributes(span)
+        try:
+            trace = BackendTrace.begin(context, name, input=input_value)
+        except TraceError as exc:
+            with self._lock:
+                self._stats["untraced_requests"] += 1
+            _log.debug("reproit-otel: request %r not traced: %s", name, exc.code)
+            return
+        operation = Operation(
+            trace,
+            otel_trace_id=trace_id,
+            root_span_id=span_id,
+            scan=scan_context is not None,
+            inbound=inbound,
+            effects_never=self.config.effects_complete is EffectsCompleteMode.NEVER,
+            secrets=self._secrets,
+            on_ready=self._hand_off,
+            on_reason=self._note_reason,
+        )
+        key = (trace_id, span_id)
+        evicted: list[Operation] = []
+        with self._lock:
+            self._operations[key] = operation
+            self._spans[key] = operation
+            self._stats["scan_operations" if operation.scan else "capture_operations"] += 1
+            evicted = self._evict_locked()
+        if inbound is not None:
+            inbound.operation = operation
+        for old in evicted:
+            _log.warning(
+                "reproit-otel: operation %r evicted (its server span did not end in time)",
+                old.trace.operation,
+            )
+
+    def _from_attributes(self, span: Span) -> tuple[str, dict[str, Any]]:
+        method = _attribute_text(span, "http.request.method", "http.method") or "GET"
+        target = _attribute_text(span, "url.path", "http.target") or ""
+        path, _, query = target.partition("?")
+        query = _attribute_text(span, "url.query") or query
+        if not path:
+            return span.name, http_input()
+        parsed = single_or_list(parse_qs(query, keep_blank_values=True)) if query else {}
+        return f"{method} {path}", http_input(query=parsed)
+
+    def _evict_locked(self) -> list[Operation]:
+        evicted: list[Operation] = []
+        now = time.monotonic()
+        while self._operations:
+            key, oldest = next(iter(self._operations.items()))
+            too_many = len(self._operations) > self._max_operations
+            if not too_many and now - oldest.created <= self._ttl:
+                break
+            del self._operations[key]
+            self._drop_spans_locked(oldest)
+            oldest.evicted = True
+            evicted.append(oldest)
+            self._stats["evicted_operations"] += 1
+        return evicted
+
+    def _drop_spans_locked(self, operation: Operation) -> None:
+        trace_id = operation.otel_trace_id
+        for span_id in list(operation.spans):
+            self._spans.pop((trace_id, span_id), None)
+        self._spans.pop((trace_id, operation.root_span_id), None)
+
+    def _on_end(self, span: ReadableSpan) -> None:
+        context = span.get_span_context()
+        if context is None:
+            return
+        key = (context.trace_id, context.span_id)
+        operation = self._spans.get(key)
+        if operation is None:
+            return
+        if context.span_id != operation.root_span_id:
+            operation.end_span(context.span_id, dependency=_is_dependency(span))
+            return
+        if operation.inbound is None and not operation.finished:
+            # No middleware ran: the span's attributes are all we know about the response.
+            operation.finish(_status_of(span))
+        if operation.end_root():
+            self._hand_off(operation)
+
+    def _note_reason(self, operation: Operation, reason: str) -> None:
+        with self._lock:
+            first = reason not in self._reasons
+            if first and len(self._reasons) >= _MAX_REASON_KEYS:
+                reason, first = "other", False
+            self._reasons[reason] += 1
+        if first:
+            _log.info(
+                "reproit-otel: effects of %r are incomplete: %s "
+                "(calls reproit-otel does not record make a capture incomplete; "
+                "logged once per reason)",
+                operation.trace.operation,
+                reason,
+            )
+
+    def _hand_off(self, operation: Operation) -> None:
+        with self._lock:
+            if operation.handed_off or operation.evicted:
+                return
+            operation.handed_off = True
+            self._operations.pop((operation.otel_trace_id, operation.root_span_id), None)
+            self._drop_spans_locked(operation)
+            self._stats["operations_finished"] += 1
+            if operation.reasons:
+                self._stats["incomplete_operations"] += 1
+            if operation.scan:
+                return
+            if operation.late:
+                self._stats["late_effect_operations"] += 1
+                return
+            self._stats["operations_submitted"] += 1
+        for sink in self.sinks:
+            with guarded("processor.sink"):
+                sink.submit(operation.trace)
+
+
+class _OpenBinding(threading.local):
+    binding: ExchangeBinding | None = None
+
+
+# The exchange most recently started on this thread: a dependency span that starts right under
+# the span the exchange was bound to (a transport span below a recorder) is covered by it.
+_open_binding = _OpenBinding()
