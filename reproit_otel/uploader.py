@@ -1,0 +1,457 @@
+"""The uploader: failing operations leave the process as ``capture-batch-v1`` POSTs.
+
+Usage::
+
+    uploader = Uploader.from_config(load_config())   # None when capture is not configured
+    uploader.record(trace)          # a finished BackendTrace, or its list of raw events
+    uploader.submit(trace)          # the same, as the span processor's sink
+    uploader.flush(timeout=5.0)     # True once everything queued was sent (or given up)
+    uploader.stats()                # counters, below
+    uploader.close()                # flush briefly and stop the thread (idempotent)
+
+What happens to an operation (PROTOCOL sections 5.3 and 5.4, decisions D3 and D5):
+
+1. :meth:`Uploader.record` asks :func:`~reproit_otel.wire.batch.capture_eligibility`;
+   an ineligible operation is counted under its reason in ``stats()["ineligible"]``.
+   It never blocks on the network and never raises into the caller.
+2. An eligible one is queued (``captured_operations``). The queue holds 64 operations; the
+   65th pushes out the **oldest** (``dropped_operations``). The first record arms the flush
+   timer (``flush_interval_ms``, default 3000, floor 100); a timer already armed is not
+   pushed back.
+3. When the timer fires (or on :meth:`flush`), the one uploader thread builds one batch per
+   operation, in queue order, with :func:`~reproit_otel.wire.batch.build_capture_result`:
+   effects dropped to fit the 48 KiB payload bound are counted in
+   ``capture_dropped_effects``, values replaced by their identity in
+   ``capture_replaced_values``.
+4. The body is the canonical JSON of the batch, POSTed to the endpoint verbatim with
+   ``authorization: Bearer <key>`` and ``content-type: application/json``, each attempt
+   bounded by ``request_timeout_ms``. Attempts ``0..retry_limit`` (limit clamped to 0..5):
+   2xx is done (``sent_batches``); 4xx (429 included, as the reference does) gives up at
+   once; anything else (5xx, refused connection, timeout) waits ``200 × (attempt + 1)`` ms
+   and tries again. A batch that was
+   given up counts in ``failed_batches`` and ``dropped_operations``. A batch that cannot be
+   built (a defect) counts in ``dropped_operations`` and is logged.
+
+Our own traffic is neither recorded nor traced: uploads go through the standard library's
+``http.client`` (no recorder patches it) inside OpenTelemetry's ``suppress_instrumentation``
+context, so instrumentations that honour it (urllib, http.client based ones, ours) stay quiet.
+
+Processes: the thread is a daemon and starts on the first record. After ``os.fork`` the child
+gets a fresh lock, an empty queue, zeroed counters and no thread; its first record starts its
+own thread, so pre-fork servers (gunicorn workers) capture and upload from every worker. At
+interpreter exit a bounded final flush runs (``exit_flush_timeout_s``, default 2 s): with the
+ingest down or hanging the process still exits on time, losing what was not sent.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import http.client
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlsplit
+
+from reproit_otel._guard import guarded
+from reproit_otel.wire.batch import (
+    CaptureEnvironment,
+    CaptureSettings,
+    build_capture_result,
+    capture_eligibility,
+    host_environment,
+    operation_status,
+)
+from reproit_otel.wire.canonical import canonical_json_bytes
+
+if TYPE_CHECKING:
+    from reproit_otel.config import ReproitConfig
+
+__all__ = [
+    "DEFAULT_EXIT_FLUSH_TIMEOUT_S",
+    "QUEUE_LIMIT",
+    "Uploader",
+    "UploaderSettings",
+    "backoff_ms",
+]
+
+_log = logging.getLogger("reproit_otel")
+
+QUEUE_LIMIT = 64
+MIN_FLUSH_INTERVAL_MS = 100
+MAX_RETRY_LIMIT = 5
+DEFAULT_EXIT_FLUSH_TIMEOUT_S = 2.0
+USER_AGENT = "reproit-otel-uploader"
+
+
+def backoff_ms(attempt: int) -> int:
+    """The pause after failed attempt ``attempt`` (0-based): 200, 400, 600, 800, 1000 ms."""
+    return 200 * (attempt + 1)
+
+
+@dataclass(frozen=True)
+class UploaderSettings:
+    """Where and how batches are sent. Numbers are normalised as section 5.1 says."""
+
+    endpoint: str
+    api_key: str = field(repr=False)
+    capture: CaptureSettings
+    flush_interval_ms: int = 3000
+    request_timeout_ms: int = 5000
+    retry_limit: int = 2
+    exit_flush_timeout_s: float = DEFAULT_EXIT_FLUSH_TIMEOUT_S
+    queue_limit: int = QUEUE_LIMIT
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "flush_interval_ms", max(MIN_FLUSH_INTERVAL_MS, int(self.flush_interval_ms))
+        )
+        object.__setattr__(self, "retry_limit", min(MAX_RETRY_LIMIT, max(0, int(self.retry_limit))))
+        object.__setattr__(self, "request_timeout_ms", max(1, int(self.request_timeout_ms)))
+        object.__setattr__(self, "queue_limit", max(1, int(self.queue_limit)))
+
+    @classmethod
+    def from_config(cls, config: ReproitConfig) -> UploaderSettings | None:
+        """The settings of a loaded configuration, or ``None`` when capture cannot run."""
+        if config.capture_problem is not None:
+            return None
+        assert config.endpoint is not None and config.api_key is not None
+        assert config.app_id is not None
+        return cls(
+            endpoint=config.endpoint,
+            api_key=config.api_key,
+            capture=CaptureSettings(
+                project_id=config.app_id,
+                build=config.build,
+                commit=config.commit,
+                image_digest=config.usable_image_digest,
+            ),
+            flush_interval_ms=config.flush_interval_ms,
+            request_timeout_ms=config.request_timeout_ms,
+            retry_limit=config.retry_limit,
+        )
+
+
+class _HasEvents(Protocol):
+    @property
+    def events(self) -> Sequence[Mapping[str, Any]]: ...
+
+
+EnvironmentFactory = Callable[[int], CaptureEnvironment]
+"""Builds the :class:`CaptureEnvironment` of batch number ``n`` (default: this host, now)."""
+
+
+def _fresh_stats() -> dict[str, Any]:
+    return {
+        "captured_operations": 0,
+        "dropped_operations": 0,
+        "sent_batches": 0,
+        "failed_batches": 0,
+        "capture_dropped_effects": 0,
+        "capture_replaced_values": 0,
+        "ineligible": {},
+    }
+
+
+def _suppressed() -> Callable[[], None]:
+    """Enter OpenTelemetry's suppress-instrumentation context; returns the exit function."""
+    try:
+        from opentelemetry.context import (  # noqa: PLC0415 - tolerate a broken install
+            _SUPPRESS_INSTRUMENTATION_KEY,
+            attach,
+            detach,
+            set_value,
+        )
+    except ImportError:  # pragma: no cover - opentelemetry-api is a dependency
+        return lambda: None
+    token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
+    return lambda: detach(token)
+
+
+class Uploader:
+    """Queues eligible failing operations and posts them from one daemon thread."""
+
+    def __init__(
+        self,
+        settings: UploaderSettings,
+        environment: EnvironmentFactory | None = None,
+    ) -> None:
+        self.settings = settings
+        self._environment: EnvironmentFactory = environment or host_environment
+        self._closed = False
+        self._reset_process_state()
+        _live_uploaders.add(self)
+        _register_exit_flush(self)
+
+    @classmethod
+    def from_config(
+        cls, config: ReproitConfig, environment: EnvironmentFactory | None = None
+    ) -> Uploader | None:
+        """An uploader for a loaded configuration, or ``None`` when capture cannot run."""
+        settings = UploaderSettings.from_config(config)
+        return None if settings is None else cls(settings, environment)
+
+    # -- state -----------------------------------------------------------------------------
+
+    def _reset_process_state(self) -> None:
+        """Everything that belongs to one process (called at creation and in a forked child)."""
+        self._pid = os.getpid()
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: collections.deque[dict[str, Any]] = collections.deque()
+        self._stats = _fresh_stats()
+        self._deadline: float | None = None
+        self._flush_requested = False
+        self._sending = False
+        self._batch_number = 0
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def _after_fork_in_child(self) -> None:
+        # The parent keeps (and sends) what it queued; the child starts empty with its own
+        # lock (the parent's may have been held by another thread at fork time).
+        closed = self._closed
+        self._reset_process_state()
+        self._closed = closed
+
+    def _ensure_thread(self) -> None:
+        """Start the uploader thread of this process if it is not running (lock held)."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._thread = threading.Thread(target=self._run, name="reproit-otel-uploader", daemon=True)
+        self._thread.start()
+
+    # -- the caller's side -----------------------------------------------------------------
+
+    def record(self, trace: _HasEvents | Sequence[Mapping[str, Any]]) -> bool:
+        """Queue a finished operation if it is eligible; True when it was queued.
+
+        Never blocks on the network and never raises (defects are logged by the guard).
+        """
+        with guarded("uploader.record"):
+            return self._record(trace)
+        return False
+
+    def submit(self, trace: _HasEvents) -> None:
+        """The span processor's sink: :meth:`record` a finished ``BackendTrace``."""
+        self.record(trace)
+
+    def _record(self, trace: _HasEvents | Sequence[Mapping[str, Any]]) -> bool:
+        events = list(trace.events) if hasattr(trace, "events") else list(trace)
+        if os.getpid() != self._pid:  # forked without the at-fork hook (should not happen)
+            self._after_fork_in_child()
+        eligible, reason = capture_eligibility(events)
+        if not eligible:
+            with self._cond:
+                ineligible: dict[str, int] = self._stats["ineligible"]
+                key = reason or "unknown"
+                ineligible[key] = ineligible.get(key, 0) + 1
+            return False
+        returned = next(e for e in reversed(events) if e.get("kind") == "return")
+        operation = {
+            "operation": events[0]["operation"],
+            "status": operation_status(returned),
+            "events": [dict(event) for event in events],
+        }
+        with self._cond:
+            if self._closed:
+                return False
+            self._stats["captured_operations"] += 1
+            self._queue.append(operation)
+            while len(self._queue) > self.settings.queue_limit:
+                self._queue.popleft()
+                self._stats["dropped_operations"] += 1
+            if self._deadline is None:
+                self._deadline = time.monotonic() + self.settings.flush_interval_ms / 1000
+            self._ensure_thread()
+            self._cond.notify_all()
+        return True
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Send everything queued now; True once the queue is empty and nothing is sending.
+
+        False when ``timeout`` (seconds) passed first. Safe from any thread but the uploader's.
+        """
+        limit = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            if not self._queue and not self._sending:
+                return True
+            self._flush_requested = True
+            self._ensure_thread()
+            self._cond.notify_all()
+            while self._queue or self._sending:
+                remaining = None if limit is None else limit - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+            return True
+
+    def stats(self) -> dict[str, Any]:
+        """A copy of the counters (``ineligible`` maps each reason to its count)."""
+        with self._cond:
+            copy = dict(self._stats)
+            copy["ineligible"] = dict(self._stats["ineligible"])
+            copy["queued"] = len(self._queue)
+            return copy
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Flush (bounded by ``timeout``, default the exit bound) and stop the thread."""
+        flushed = self.flush(self.settings.exit_flush_timeout_s if timeout is None else timeout)
+        with self._cond:
+            self._closed = True
+            self._stop.set()
+            self._cond.notify_all()
+        return flushed
+
+    shutdown = close
+
+    def _exit_flush(self) -> None:
+        if os.getpid() != self._pid or self._closed:
+            return
+        with self._cond:
+            pending = bool(self._queue) or self._sending
+        if pending:
+            self.flush(self.settings.exit_flush_timeout_s)
+
+    # -- the uploader thread ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        detach = _suppressed()
+        try:
+            while self._wait_for_work():
+                self._drain()
+        finally:
+            detach()
+
+    def _wait_for_work(self) -> bool:
+        with self._cond:
+            while True:
+                if self._closed and not self._queue:
+                    return False
+                if self._queue and (self._flush_requested or self._closed):
+                    break
+                now = time.monotonic()
+                if self._deadline is not None and now >= self._deadline:
+                    break
+                wait = None if self._deadline is None else self._deadline - now
+                self._cond.wait(wait)
+            self._deadline = None
+            self._flush_requested = False
+            return True
+
+    def _drain(self) -> None:
+        while True:
+            with self._cond:
+                if not self._queue:
+                    self._sending = False
+                    self._cond.notify_all()
+                    return
+                operation = self._queue.popleft()
+                self._sending = True
+                self._batch_number += 1
+                number = self._batch_number
+            try:
+                build = build_capture_result(
+                    operation,
+                    config=self.settings.capture,
+                    environment=self._environment(number),
+                )
+                body = canonical_json_bytes(build.batch)
+            except Exception:
+                _log.exception(
+                    "reproit-otel could not build the capture batch of %r; it is dropped",
+                    operation.get("operation"),
+                )
+                with self._cond:
+                    self._stats["dropped_operations"] += 1
+                continue
+            sent = self._send(body)
+            with self._cond:
+                self._stats["capture_dropped_effects"] += build.dropped_effects
+                self._stats["capture_replaced_values"] += build.replaced_values
+                if sent:
+                    self._stats["sent_batches"] += 1
+                else:
+                    self._stats["failed_batches"] += 1
+                    self._stats["dropped_operations"] += 1
+
+    def _send(self, body: bytes) -> bool:
+        """POST one batch with retries; True on a 2xx answer."""
+        limit = self.settings.retry_limit
+        for attempt in range(limit + 1):
+            status = self._post(body)
+            if status is not None and 200 <= status < 300:
+                return True
+            if status is not None and 400 <= status < 500:
+                _log.warning(
+                    "reproit-otel: the ingest refused a capture batch with HTTP %d; not retried",
+                    status,
+                )
+                return False
+            if attempt < limit and self._stop.wait(backoff_ms(attempt) / 1000):
+                return False
+        _log.warning("reproit-otel: a capture batch could not be delivered to %s", self._target())
+        return False
+
+    def _target(self) -> str:
+        parts = urlsplit(self.settings.endpoint)
+        return f"{parts.scheme}://{parts.hostname}:{parts.port or ''}{parts.path}"
+
+    def _post(self, body: bytes) -> int | None:
+        """One attempt: the HTTP status, or ``None`` for a network error or timeout."""
+        parts = urlsplit(self.settings.endpoint)
+        timeout = self.settings.request_timeout_ms / 1000
+        connection: http.client.HTTPConnection
+        if parts.scheme == "https":
+            connection = http.client.HTTPSConnection(
+                parts.hostname or "", parts.port, timeout=timeout
+            )
+        else:
+            connection = http.client.HTTPConnection(
+                parts.hostname or "", parts.port, timeout=timeout
+            )
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        headers = {
+            "authorization": f"Bearer {self.settings.api_key}",
+            "content-type": "application/json",
+            "user-agent": USER_AGENT,
+        }
+        try:
+            connection.request("POST", path, body=body, headers=headers)
+            response = connection.getresponse()
+            response.read()
+            return response.status
+        except (OSError, http.client.HTTPException) as error:
+            _log.debug("reproit-otel upload attempt failed: %s", error)
+            return None
+        finally:
+            connection.close()
+
+
+# -- process hooks ---------------------------------------------------------------------------
+
+_live_uploaders: weakref.WeakSet[Uploader] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for uploader in list(_live_uploaders):
+        uploader._after_fork_in_child()
+
+
+def _register_exit_flush(uploader: Uploader) -> None:
+    reference = weakref.ref(uploader)
+
+    def exit_flush() -> None:
+        alive = reference()
+        if alive is not None:
+            alive._exit_flush()
+
+    atexit.register(exit_flush)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
