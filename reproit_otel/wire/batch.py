@@ -1,0 +1,679 @@
+"""The ``capture-batch-v1`` body production capture mode POSTs (PROTOCOL sections 5.3 to 5.7).
+
+A finished operation is decided on (:func:`capture_eligibility`), queued as
+``{"operation", "status", "events"}`` and later turned into one batch by
+:func:`build_capture_batch`. Both are pure: the clock, the batch counter and the host facts come
+in through a :class:`CaptureEnvironment`, the project identity through :class:`CaptureSettings`,
+so the same operation always gives the same bytes (``canonical_json(batch)`` is the POST body).
+
+Tokens
+    The ingest protocol calls a string a *token* when it is 1 to 128 bytes of ASCII letters,
+    digits, ``-``, ``_``, ``.`` and ``:`` (:func:`is_token`). Identifiers of the batch
+    (``projectId``, ``deployment``, emitter fields) must be tokens. The correlation fields copied
+    from raw trace events (``traceId``, ``spanId``, ``actor``) and the ``sessionId`` are turned
+    into tokens instead: a value that is not one is replaced by the lowercased field name, ``:``
+    and the first 32 hex digits of the SHA-256 of its UTF-8 bytes (``spanid:84c2...``). So a span
+    id ``cap-1-1:createOrder`` travels as is, ``cap-1-1:GET /quote`` travels hashed.
+
+Eligibility (section 5.3 and decision D5)
+    :func:`capture_eligibility` answers ``(True, None)`` or ``(False, reason)``; the reasons are
+    stable kebab-case strings meant for stats and logs, checked in this order:
+
+    ``unfinished``               no ``return`` event
+    ``not-a-failure``            no marked agent oracle and the status is not an integer 500..65535
+    ``effects-incomplete``       the return event does not say ``effectsComplete: true``
+    ``no-replay-seed``           ``events[0].replaySeed`` is not 16 lowercase hex digits
+    ``effect-without-exchange``  a call/read/write/delete effect carries no exchange object
+    ``no-operation``             ``events[0].operation`` is not a string
+    ``no-exchanges``             (D5) the failure recorded no exchange of any kind
+
+Decision D3: nothing is lost silently
+    The Node reference aborts a batch holding a captured value over 64 KiB and never applies
+    its 48 KiB payload bound. Here, :func:`build_capture_result`:
+
+    * first bounds the capsule-equivalent payload (``capture_payload`` of
+      :mod:`reproit_otel.wire.payload` with the batch's envelope): while its canonical JSON
+      exceeds 49152 bytes the last effect event is dropped. Each dropped effect is counted;
+      the capability it belongs to (``network`` for calls, ``database`` for reads, writes and
+      deletes, ``http`` otherwise) is then sent with ``completeness: "partial"`` and a
+      ``detail`` naming the count;
+    * then replaces any captured value whose JSON exceeds 65536 bytes (alone or with the event
+      around it) by its identity ``{"bodyBytes", "bodySha256", "truncated": true}`` carried as a
+      ``structural`` value (it can no longer be replayed), and marks ``http`` partial.
+
+    The counts come back in a :class:`CaptureBuild` next to the batch, for the uploader's
+    stats (``capture_dropped_effects``). :func:`build_capture_batch` returns the batch alone.
+
+Decision D6: identities
+    emitter ``{"id": "backend-python-otel", "kind": "runtime-sdk", "component": "backend",
+    "runtime": "python"}``, event ids ``evt_backend-python-otel_<n>``, batch ids
+    ``cb-python-otel-<epoch ms>-<n>``, envelope key ``runtime: "python X.Y.Z"`` (Node writes
+    ``node``), ``tz`` the IANA zone name or absent.
+
+:func:`host_environment` is the one function here that looks at the host (``TZ``,
+``/etc/localtime``, the interpreter and platform); the builder itself never does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import platform
+import re
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+from zoneinfo import ZoneInfo
+
+from ._js import UNSET, is_js_integer, is_unset, js_string, utf16_length
+from .canonical import canonical_json_bytes
+from .payload import capture_payload
+from .trace import marked_oracle as marked_agent_oracle
+
+__all__ = [
+    "BATCH_ID_PREFIX",
+    "CAPTURE_BATCH_VERSION",
+    "EMITTER",
+    "EMITTER_ID",
+    "ENVELOPE_CHECKPOINT",
+    "MAX_CAPTURED_VALUE_BYTES",
+    "OPERATION_RETURN_SUBJECT",
+    "CaptureBuild",
+    "CaptureEnvironment",
+    "CaptureSettings",
+    "build_capture_batch",
+    "build_capture_result",
+    "capture_eligibility",
+    "correlation_token",
+    "determinism_envelope",
+    "host_environment",
+    "is_token",
+    "observed_at",
+]
+
+CAPTURE_BATCH_VERSION: Final = 1
+EMITTER_ID: Final = "backend-python-otel"
+EMITTER: Final[Mapping[str, str]] = {
+    "id": EMITTER_ID,
+    "kind": "runtime-sdk",
+    "component": "backend",
+    "runtime": "python",
+}
+BATCH_ID_PREFIX: Final = "cb-python-otel-"
+ENVELOPE_CHECKPOINT: Final = "determinism-envelope"
+OPERATION_RETURN_SUBJECT: Final = "operation-return"
+MAX_CAPTURED_VALUE_BYTES: Final = 65536
+"""A captured value (or a whole batch event) whose JSON is larger is replaced by its identity."""
+
+_POLICY: Final[Mapping[str, str]] = {
+    "consent": "application-telemetry",
+    "retentionClass": "standard",
+}
+_NETWORK_DETAIL: Final = "outbound dependency exchanges recorded with responses"
+_TOKEN = re.compile(r"[A-Za-z0-9._:-]{1,128}", re.ASCII)
+_SEED = re.compile(r"[0-9a-f]{16}", re.ASCII)
+_BOUNDARY_EFFECTS: Final = frozenset({"call", "read", "write", "delete"})
+_STATE_EFFECTS: Final = frozenset({"read", "write", "delete"})
+_STRUCTURAL_FIELDS: Final = ("key", "effectTenant", "event", "before", "after", "payload")
+_MAX_SAFE_INTEGER: Final = 2**53 - 1
+
+
+def is_token(value: object) -> bool:
+    """True when ``value`` is a protocol token: a string of 1 to 128 ASCII letters, digits or
+    ``-``, ``_``, ``.``, ``:`` (the ingest validator's rule, so also 1 to 128 bytes)."""
+    return isinstance(value, str) and _TOKEN.fullmatch(value) is not None
+
+
+def correlation_token(name: str, value: str) -> str:
+    """``value`` itself when it is a token, else ``<name lowercased>:<32 hex of SHA-256>``."""
+    if is_token(value):
+        return value
+    digest = hashlib.sha256(value.encode("utf-8", "replace")).hexdigest()
+    return f"{name.lower()}:{digest[:32]}"
+
+
+# --- settings and environment ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CaptureSettings:
+    """Who the batch is from: used exactly as given (the uploader validates its configuration).
+
+    ``project_id`` becomes ``projectId`` (the configured app id), ``build`` and ``commit`` the
+    ``deployment`` ``version`` and ``commit``, ``image_digest`` the envelope ``imageDigest``.
+    ``None`` leaves a field out.
+    """
+
+    project_id: str
+    build: str | None = None
+    commit: str | None = None
+    image_digest: str | None = None
+
+    @classmethod
+    def resolve(
+        cls,
+        project_id: str,
+        *,
+        build: str | None = None,
+        commit: str | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> CaptureSettings:
+        """Settings with the commit and image digest resolved as section 5.1 says.
+
+        ``commit`` is the first token among ``commit``, ``REPROIT_COMMIT`` and ``GITHUB_SHA``;
+        ``image_digest`` is ``REPROIT_IMAGE_DIGEST`` when it is a token. ``environ`` defaults to
+        ``os.environ``; nothing else is read and git is never run.
+        """
+        env = os.environ if environ is None else environ
+        resolved = next(
+            (
+                candidate
+                for candidate in (commit, env.get("REPROIT_COMMIT"), env.get("GITHUB_SHA"))
+                if is_token(candidate)
+            ),
+            None,
+        )
+        digest = env.get("REPROIT_IMAGE_DIGEST")
+        return cls(
+            project_id=project_id,
+            build=build,
+            commit=resolved,
+            image_digest=digest if is_token(digest) else None,
+        )
+
+
+@dataclass(frozen=True)
+class CaptureEnvironment:
+    """The clock reading, the batch counter value and the host facts one batch is built with.
+
+    ``now_ms`` (epoch milliseconds) gives ``observedAt``, the batch id and the envelope's
+    ``observedAtMs`` fallback; ``batch_number`` is the uploader's counter (from 1); ``runtime``
+    is ``"python X.Y.Z"``; ``os``, ``arch`` and ``tz`` are left out of the envelope when ``None``.
+    """
+
+    now_ms: int
+    batch_number: int
+    runtime: str
+    os: str | None = None
+    arch: str | None = None
+    tz: str | None = None
+
+
+_ARCH_NAMES: Final[Mapping[str, str]] = {
+    "x86_64": "x64",
+    "amd64": "x64",
+    "aarch64": "arm64",
+    "arm64": "arm64",
+    "i386": "ia32",
+    "i686": "ia32",
+    "x86": "ia32",
+    "armv7l": "arm",
+    "armv6l": "arm",
+    "ppc64le": "ppc64",
+    "s390x": "s390x",
+}
+
+
+def host_environment(batch_number: int, *, now_ms: int | None = None) -> CaptureEnvironment:
+    """The :class:`CaptureEnvironment` of this process for batch ``batch_number``.
+
+    ``os`` is ``sys.platform`` (``linux``, ``darwin``, ``win32``: the same words as Node's
+    ``process.platform``); ``arch`` is the machine name in Node's vocabulary (``x64``,
+    ``arm64``, ...; other machines lowercased); ``tz`` is :func:`host_timezone`.
+    """
+    version = sys.version_info
+    machine = platform.machine().lower()
+    return CaptureEnvironment(
+        now_ms=int(time.time() * 1000) if now_ms is None else now_ms,
+        batch_number=batch_number,
+        runtime=f"python {version.major}.{version.minor}.{version.micro}",
+        os=sys.platform or None,
+        arch=_ARCH_NAMES.get(machine, machine) or None,
+        tz=host_timezone(),
+    )
+
+
+_ZONE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_+\-]*(?:/[A-Za-z0-9_+\-]+)*", re.ASCII)
+
+
+def _zone_from_path(path: str) -> str | None:
+    marker = "zoneinfo/"
+    index = path.rfind(marker)
+    if index < 0:
+        return None
+    name = path[index + len(marker) :]
+    for prefix in ("posix/", "right/"):
+        name = name.removeprefix(prefix)
+    return name if _ZONE_NAME.fullmatch(name) else None
+
+
+def _known_zone(name: str) -> bool:
+    try:
+        ZoneInfo(name)
+    except Exception:
+        return False
+    return True
+
+
+def host_timezone(environ: Mapping[str, str] | None = None) -> str | None:
+    """The IANA time zone name of this process, or ``None`` when it cannot be known.
+
+    ``TZ`` wins (``Europe/Berlin``, ``:Europe/Berlin`` or a path into a ``zoneinfo`` tree),
+    then the target of the ``/etc/localtime`` link, then ``/etc/timezone``. A ``TZ`` that is
+    not a zone name (a POSIX rule such as ``CET-1CEST``) makes the zone unknowable: ``None``.
+    """
+    env = os.environ if environ is None else environ
+    tz = env.get("TZ")
+    if tz is not None and tz.strip():
+        name = tz.strip().removeprefix(":")
+        if name.startswith("/"):
+            return _zone_from_path(name)
+        return name if _ZONE_NAME.fullmatch(name) and _known_zone(name) else None
+    try:
+        link = os.readlink("/etc/localtime")
+    except OSError:
+        link = ""
+    zone = _zone_from_path(link) if link else None
+    if zone:
+        return zone
+    try:
+        with open("/etc/timezone", encoding="utf-8") as handle:
+            name = handle.read().strip()
+    except OSError:
+        return None
+    return name if _ZONE_NAME.fullmatch(name) else None
+
+
+def observed_at(now_ms: int) -> str:
+    """RFC 3339 UTC with milliseconds, as JavaScript's ``Date.prototype.toISOString``."""
+    seconds, millis = divmod(now_ms, 1000)
+    moment = time.gmtime(seconds)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", moment) + f".{millis:03d}Z"
+
+
+# --- eligibility ------------------------------------------------------------------------------
+
+
+def _last_return(events: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    for event in reversed(events):
+        if isinstance(event, Mapping) and event.get("kind") == "return":
+            return event
+    return None
+
+
+def operation_status(returned: Mapping[str, Any]) -> int | None:
+    """The return event's ``status`` when it is an integer 0..65535, else ``None``."""
+    status = returned.get("status", UNSET)
+    if is_js_integer(status) and 0 <= status <= 0xFFFF:
+        return int(status)
+    return None
+
+
+def _has_exchange(event: Mapping[str, Any]) -> bool:
+    return isinstance(event.get("exchange"), Mapping)
+
+
+def capture_eligibility(events: Sequence[Mapping[str, Any]]) -> tuple[bool, str | None]:
+    """Whether a finished operation's raw events are captured, and if not, why not.
+
+    See the module docstring for the reasons. Never raises on odd input: anything malformed is
+    simply ineligible.
+    """
+    returned = _last_return(events)
+    if returned is None:
+        return False, "unfinished"
+    status = operation_status(returned)
+    marked = marked_agent_oracle(events)
+    if marked is None and (status is None or status < 500):
+        return False, "not-a-failure"
+    if returned.get("effectsComplete") is not True:
+        return False, "effects-incomplete"
+    first = events[0]
+    seed = first.get("replaySeed") if isinstance(first, Mapping) else None
+    if not isinstance(seed, str) or _SEED.fullmatch(seed) is None:
+        return False, "no-replay-seed"
+    effects = [e for e in events if isinstance(e, Mapping) and e.get("kind") == "effect"]
+    if any(e.get("effect") in _BOUNDARY_EFFECTS and not _has_exchange(e) for e in effects):
+        return False, "effect-without-exchange"
+    if not isinstance(first.get("operation"), str):
+        return False, "no-operation"
+    if not any(_has_exchange(e) for e in effects):
+        return False, "no-exchanges"
+    return True, None
+
+
+# --- the batch --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CaptureBuild:
+    """A built batch and what decision D3 had to give up to build it.
+
+    ``dropped_effects`` counts effect events left out to fit the 49152-byte payload bound;
+    ``replaced_values`` counts captured values over 64 KiB sent as their identity only.
+    """
+
+    batch: dict[str, Any]
+    dropped_effects: int = 0
+    replaced_values: int = 0
+    partial: Mapping[str, str] = field(default_factory=dict)
+
+
+def _utf16_cut(text: str, limit: int) -> str:
+    """``text.slice(0, limit)`` in JavaScript (may split a surrogate pair)."""
+    if utf16_length(text) <= limit:
+        return text
+    units = text.encode("utf-16-le", "surrogatepass")[: limit * 2]
+    return units.decode("utf-16-le", "surrogatepass")
+
+
+def _present(event: Mapping[str, Any], name: str) -> bool:
+    value = event.get(name, UNSET)
+    return value is not None and not is_unset(value)
+
+
+def _subject(event: Mapping[str, Any]) -> str:
+    for name in ("resource", "event", "operation"):
+        if _present(event, name):
+            return _utf16_cut(js_string(event[name]), 256)
+    return "backend-effect"
+
+
+def _replayable(value: Any) -> dict[str, Any]:
+    return {"representation": "replayable", "value": value, "redaction": "redacted-at-source"}
+
+
+def _effect_value(event: Mapping[str, Any]) -> dict[str, Any] | None:
+    if _present(event, "exchange"):
+        return _replayable(dict(event))
+    shape = {name: event[name] for name in _STRUCTURAL_FIELDS if name in event}
+    shape = {name: value for name, value in shape.items() if not is_unset(value)}
+    return {"representation": "structural", "shape": shape} if shape else None
+
+
+def _monotonic(event: Mapping[str, Any], sequence: int) -> int:
+    value = event.get("monoNs", UNSET)
+    if is_js_integer(value) and 0 <= value <= _MAX_SAFE_INTEGER:
+        return int(value)
+    return sequence
+
+
+def determinism_envelope(
+    first: Mapping[str, Any], *, settings: CaptureSettings, environment: CaptureEnvironment
+) -> dict[str, Any]:
+    """The ``determinism-envelope`` checkpoint attributes (section 5.6, decision D6).
+
+    ``observedAtMs`` is the start event's ``at`` when it is a finite number, else ``now_ms``;
+    unknowable fields are absent, never null.
+    """
+    at = first.get("at", UNSET)
+    finite = isinstance(at, (int, float)) and not isinstance(at, bool) and math.isfinite(at)
+    observed = at if finite else environment.now_ms
+    attributes: dict[str, Any] = {
+        "observedAtMs": int(observed) if is_js_integer(observed) else observed
+    }
+    optional = {
+        "tz": environment.tz,
+        "runtime": environment.runtime,
+        "os": environment.os,
+        "arch": environment.arch,
+        "replaySeed": first.get("replaySeed"),
+        "imageDigest": settings.image_digest,
+    }
+    attributes.update({k: v for k, v in optional.items() if v is not None and not is_unset(v)})
+    return attributes
+
+
+def _capabilities(
+    effects: Sequence[Mapping[str, Any]], partial: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    claimed = ["http"]
+    if any(e.get("effect") in _STATE_EFFECTS and _has_exchange(e) for e in effects):
+        claimed.append("database")
+    if any(e.get("effect") == "call" and _has_exchange(e) for e in effects):
+        claimed.append("network")
+    result: list[dict[str, Any]] = []
+    for name in claimed:
+        entry: dict[str, Any] = {"capability": name, "completeness": "complete"}
+        if name == "network":
+            entry["detail"] = _NETWORK_DETAIL
+        if name in partial:
+            entry = {"capability": name, "completeness": "partial", "detail": partial[name]}
+        result.append(entry)
+    return result
+
+
+def _capability_of(event: Mapping[str, Any], claimed: set[str]) -> str:
+    effect = event.get("effect")
+    name = "network" if effect == "call" else "database" if effect in _STATE_EFFECTS else "http"
+    return name if name in claimed else "http"
+
+
+class _Events:
+    """Numbers batch events densely and chains each to the previous one."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.replaced = 0
+
+    def add(self, body: dict[str, Any], source: Mapping[str, Any]) -> None:
+        sequence = len(self.events) + 1
+        event_id = f"evt_{EMITTER_ID}_{sequence}"
+        captured: dict[str, Any] = {
+            "id": event_id,
+            "sequence": sequence,
+            "monotonicNs": _monotonic(source, sequence),
+            "causalParentIds": [self.events[-1]["id"]] if self.events else [],
+            "event": body,
+        }
+        for name in ("traceId", "spanId", "actor"):
+            value = source.get(name, UNSET)
+            if value is None or is_unset(value):
+                continue
+            text = value if isinstance(value, str) else js_string(value)
+            if text:
+                captured[name] = correlation_token(name, text)
+        self._bound(captured)
+        self.events.append(captured)
+
+    def _bound(self, captured: dict[str, Any]) -> None:
+        body = captured["event"]
+        wrapped = body.get("value")
+        if not isinstance(wrapped, dict):
+            return
+        inner = wrapped.get("value" if wrapped.get("representation") == "replayable" else "shape")
+        inner_bytes = canonical_json_bytes(inner)
+        if (
+            len(inner_bytes) <= MAX_CAPTURED_VALUE_BYTES
+            and len(canonical_json_bytes(captured)) <= MAX_CAPTURED_VALUE_BYTES
+        ):
+            return
+        body["value"] = {
+            "representation": "structural",
+            "shape": {
+                "bodyBytes": len(inner_bytes),
+                "bodySha256": hashlib.sha256(inner_bytes).hexdigest(),
+                "truncated": True,
+            },
+        }
+        self.replaced += 1
+
+
+def _partial_detail(dropped: Mapping[str, int], replaced: int) -> dict[str, str]:
+    details: dict[str, str] = {}
+    for name, count in dropped.items():
+        details[name] = (
+            f"{count} effect event(s) dropped to fit the 49152-byte capture payload bound"
+        )
+    if replaced:
+        note = f"{replaced} captured value(s) over 65536 bytes sent as identity only"
+        details["http"] = f"{details['http']}; {note}" if "http" in details else note
+    return details
+
+
+def build_capture_result(
+    operation: Mapping[str, Any],
+    *,
+    config: CaptureSettings,
+    environment: CaptureEnvironment,
+) -> CaptureBuild:
+    """Build the ``capture-batch-v1`` object for one queued operation, with D3's counts.
+
+    ``operation`` is ``{"operation": name, "status": int | None, "events": raw events}`` as
+    queued after :func:`capture_eligibility`. Never raises for well-formed raw events.
+    """
+    name = operation["operation"]
+    status = operation.get("status")
+    raw_events: list[Mapping[str, Any]] = list(operation["events"])
+    first: Mapping[str, Any] = raw_events[0] if raw_events else {}
+    returned = _last_return(raw_events)
+    batch_id = f"{BATCH_ID_PREFIX}{environment.now_ms}-{environment.batch_number}"
+    envelope = determinism_envelope(first, settings=config, environment=environment)
+
+    all_effects = [e for e in raw_events if isinstance(e, Mapping) and e.get("kind") == "effect"]
+    payload, dropped_count = capture_payload(
+        {"operation": name, "status": status, "events": raw_events}, envelope=envelope
+    )
+    if payload is None:
+        # Even the start and return alone exceed the bound: every effect is dropped.
+        dropped_count = len(all_effects)
+        kept_ids: set[int] = set()
+    else:
+        kept_ids = {id(e) for e in payload["events"]}
+    kept_effects = [e for e in all_effects if id(e) in kept_ids]
+    claimed = {"http"}
+    if any(e.get("effect") in _STATE_EFFECTS and _has_exchange(e) for e in all_effects):
+        claimed.add("database")
+    if any(e.get("effect") == "call" and _has_exchange(e) for e in all_effects):
+        claimed.add("network")
+    dropped_by: dict[str, int] = {}
+    for event in all_effects:
+        if id(event) not in kept_ids:
+            capability = _capability_of(event, claimed)
+            dropped_by[capability] = dropped_by.get(capability, 0) + 1
+
+    chain = _Events()
+    chain.add({"kind": "operation-start", "name": name}, first)
+    trigger_input = first.get("input", None)
+    chain.add(
+        {
+            "kind": "trigger",
+            "trigger": "http-request",
+            "subject": name,
+            "value": _replayable(None if is_unset(trigger_input) else trigger_input),
+        },
+        first,
+    )
+    chain.add({"kind": "checkpoint", "name": ENVELOPE_CHECKPOINT, "attributes": envelope}, first)
+    for event in kept_effects:
+        chain.add(_effect_event(event), event)
+    closing = returned if returned is not None else first
+    if returned is not None:
+        chain.add(
+            {
+                "kind": "effect",
+                "effect": "operation-return",
+                "subject": OPERATION_RETURN_SUBJECT,
+                "value": _replayable(dict(returned)),
+            },
+            returned,
+        )
+    outcome = "succeeded" if returned is not None and returned.get("success") is True else "failed"
+    chain.add({"kind": "operation-end", "name": name, "outcome": outcome}, closing)
+    failure = _failure(name, status, marked_agent_oracle(raw_events))
+    if failure is not None:
+        chain.add({"kind": "observation", "failure": failure}, closing)
+
+    partial = _partial_detail(dropped_by, chain.replaced)
+    batch: dict[str, Any] = {
+        "version": CAPTURE_BATCH_VERSION,
+        "batchId": batch_id,
+        "projectId": config.project_id,
+        "sessionId": _session_id(first, batch_id),
+        "emitter": dict(EMITTER),
+        "observedAt": observed_at(environment.now_ms),
+        "policy": dict(_POLICY),
+        "capabilities": _capabilities(all_effects, partial),
+        "events": chain.events,
+        "artifacts": [],
+    }
+    deployment = {
+        key: value
+        for key, value in (("version", config.build), ("commit", config.commit))
+        if value is not None
+    }
+    if deployment:
+        batch["deployment"] = deployment
+    return CaptureBuild(
+        batch=batch,
+        dropped_effects=dropped_count,
+        replaced_values=chain.replaced,
+        partial=partial,
+    )
+
+
+def build_capture_batch(
+    operation: Mapping[str, Any],
+    *,
+    config: CaptureSettings,
+    environment: CaptureEnvironment,
+) -> dict[str, Any]:
+    """The ``capture-batch-v1`` object for one queued operation.
+
+    The same as ``build_capture_result(...).batch``; use :func:`build_capture_result` to learn
+    what decision D3 dropped or replaced.
+    """
+    return build_capture_result(operation, config=config, environment=environment).batch
+
+
+def _session_id(first: Mapping[str, Any], batch_id: str) -> str:
+    trace_id = first.get("traceId", UNSET)
+    if trace_id is None or is_unset(trace_id):
+        return batch_id
+    text = trace_id if isinstance(trace_id, str) else js_string(trace_id)
+    return correlation_token("sessionId", text) if text else batch_id
+
+
+def _effect_event(event: Mapping[str, Any]) -> dict[str, Any]:
+    kind = event.get("effect")
+    subject = _subject(event)
+    if kind == "call":
+        body: dict[str, Any] = {
+            "kind": "dependency",
+            "system": "service",
+            "operation": "call",
+            "subject": subject,
+        }
+    elif kind in _STATE_EFFECTS:
+        body = {"kind": "state-access", "state": "database", "operation": kind, "subject": subject}
+    else:
+        body = {"kind": "effect", "effect": kind, "subject": subject}
+    value = _effect_value(event)
+    if value is not None:
+        body["value"] = value
+    return body
+
+
+def _failure(name: str, status: int | None, marked: str | None) -> dict[str, Any] | None:
+    if marked is not None:
+        return {
+            "observation": "contract-violation",
+            "authority": "runtime-diagnosis",
+            "summary": f"agent oracle {marked} fired on {name}",
+            "signature": f"{marked}:{name}",
+            "observationPoint": name,
+            "artifactIds": [],
+        }
+    if status is not None and status >= 500:
+        return {
+            "observation": "exception",
+            "authority": "runtime-diagnosis",
+            "summary": f"backend operation {name} returned HTTP {status}",
+            "signature": f"backend-server-error:{name}",
+            "observationPoint": name,
+            "artifactIds": [],
+        }
+    return None
