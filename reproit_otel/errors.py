@@ -10,6 +10,7 @@
     ├── DivergedError            replay met a call the recording does not hold
     │   └── MissingFixtureError  an invoke boundary call has no recorded outcome
     ├── ToolCallError            a recorded invoke-boundary failure, raised again in replay
+    ├── RecordedPgError          a recorded database error, raised again in replay (.code)
     └── ConfigurationError       a setting is present but unusable
 
 Every class says when it is raised; messages say what happened, what was expected and
@@ -81,6 +82,20 @@ class ToolCallError(ReproitError):
         self.status = status
         self.cause_message = cause_message
         self.cause_status = cause_status
+
+
+class RecordedPgError(ReproitError):
+    """Raised in replay when the recorded ``pg`` call failed: the capture's error, again.
+
+    ``message`` is the recorded message (``recorded pg error`` when none was kept) and
+    ``code`` the recorded SQLSTATE (``pgcode``, e.g. ``"23505"``), or ``None`` when the
+    recording has none.
+    """
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
 
 
 class ConfigurationError(ReproitError):

@@ -1,0 +1,395 @@
+"""How replay compares a live call with a recorded one (PROTOCOL 7.2, 7.3, 7.6).
+
+The rules are the reference's JavaScript rules, spelled in Python:
+
+``matches(recorded, live)``
+    A recorded ``null`` or absent value accepts anything; a recorded object with a truthy
+    ``$reproit`` key (a redaction placeholder) accepts anything at its position; a recorded
+    array needs an array of the same length, element by element; a recorded object needs a
+    live object holding a matching value for every recorded key (extra live keys are
+    ignored); anything else compares with JavaScript ``===``, so ``1`` does not match
+    ``True`` or ``"1"``, while ``1`` matches ``1.0``.
+
+``operation_key(protocol, request)``
+    What orders the exchanges of one operation: ``METHOD path+query`` for HTTP (host and
+    scheme left out, see :mod:`reproit_otel.wire.urls`), the statement text otherwise.
+
+``body_delta(recorded, live)``
+    Where a live body first drifts from the recording, for the divergence report: the index
+    of the first differing chat message when both bodies carry a ``messages`` array, else
+    the offset of the first differing byte of their JSON text.
+
+``request_matches(protocol, recorded, probe)``
+    The whole request comparison: HTTP compares method, path+query and body; ``pg`` (and any
+    other protocol) compares the statement text and its values.
+
+``try_json(text, content_type)``
+    The body of a live request as the recorder would have stored it.
+
+:data:`~reproit_otel.wire._js.UNSET` stands for an absent value (JavaScript ``undefined``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any, Final
+
+from reproit_otel.wire._js import UNSET, js_string, utf8_bytes, well_formed
+from reproit_otel.wire.canonical import ordered_json
+from reproit_otel.wire.urls import url_path_and_query
+
+__all__ = [
+    "PLACEHOLDER_KEY",
+    "body_delta",
+    "js_property_order",
+    "js_stringify",
+    "js_truthy",
+    "matches",
+    "operation_key",
+    "request_matches",
+    "strict_equal",
+    "try_json",
+]
+
+PLACEHOLDER_KEY: Final = "$reproit"
+"""The key of a redaction placeholder object; a truthy value there is a wildcard."""
+
+_TWO_53: Final = 2**53
+
+
+class _Function:
+    """Stands for an inherited JavaScript method (``live.constructor``, ``live.map``...)."""
+
+
+_FUNCTION: Final = _Function()
+
+# What ``obj[key]`` finds on Object.prototype when an object lacks an own property ``key``.
+_OBJECT_PROTOTYPE_METHODS: Final = frozenset(
+    {
+        "constructor",
+        "hasOwnProperty",
+        "isPrototypeOf",
+        "propertyIsEnumerable",
+        "toLocaleString",
+        "toString",
+        "valueOf",
+        "__defineGetter__",
+        "__defineSetter__",
+        "__lookupGetter__",
+        "__lookupSetter__",
+    }
+)
+_ARRAY_PROTOTYPE_METHODS: Final = _OBJECT_PROTOTYPE_METHODS | frozenset(
+    {
+        "at",
+        "concat",
+        "copyWithin",
+        "entries",
+        "every",
+        "fill",
+        "filter",
+        "find",
+        "findIndex",
+        "findLast",
+        "findLastIndex",
+        "flat",
+        "flatMap",
+        "forEach",
+        "includes",
+        "indexOf",
+        "join",
+        "keys",
+        "lastIndexOf",
+        "map",
+        "pop",
+        "push",
+        "reduce",
+        "reduceRight",
+        "reverse",
+        "shift",
+        "slice",
+        "some",
+        "sort",
+        "splice",
+        "toReversed",
+        "toSorted",
+        "toSpliced",
+        "unshift",
+        "values",
+        "with",
+    }
+)
+
+
+class _ObjectPrototype(dict[str, Any]):
+    """``Object.prototype`` as a live value: what ``live.__proto__`` reads on a plain object."""
+
+
+def js_truthy(value: Any) -> bool:
+    """JavaScript truthiness: false for absent, ``null``, ``false``, ``0``, ``NaN`` and ``""``."""
+    if value is UNSET or value is None or value is False:
+        return False
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, (int, float)):
+        return value != 0 and not (isinstance(value, float) and math.isnan(value))
+    if isinstance(value, str):
+        return value != ""
+    return True
+
+
+def _as_double(value: int | float) -> float:
+    if isinstance(value, int) and not -_TWO_53 < value < _TWO_53:
+        try:
+            return float(value)
+        except OverflowError:
+            return math.inf if value > 0 else -math.inf
+    return float(value)
+
+
+def strict_equal(left: Any, right: Any) -> bool:
+    """JavaScript ``left === right`` for JSON values (a boolean is never equal to a number)."""
+    if isinstance(left, bool) or isinstance(right, bool):
+        return isinstance(left, bool) and isinstance(right, bool) and left is right
+    if isinstance(left, (int, float)) and isinstance(right, (int, float)):
+        if (
+            isinstance(left, int)
+            and isinstance(right, int)
+            and -_TWO_53 < left < _TWO_53
+            and -_TWO_53 < right < _TWO_53
+        ):
+            return left == right
+        return _as_double(left) == _as_double(right)
+    if isinstance(left, str) and isinstance(right, str):
+        return left == right or well_formed(left) == well_formed(right)
+    if left is None or left is UNSET:
+        return right is left
+    # Objects and arrays are equal only when they are the same object.
+    return left is right
+
+
+def _is_object(value: Any) -> bool:
+    """``typeof value === "object" && value !== null`` (arrays are objects)."""
+    return isinstance(value, (Mapping, list, tuple))
+
+
+def _array_index(key: str, length: int) -> int | None:
+    if key == "0" or (key[:1] in "123456789" and key.isdigit() and key.isascii()):
+        index = int(key)
+        return index if index < length else None
+    return None
+
+
+def _member(container: Any, key: str) -> Any:
+    """``container[key]`` in JavaScript, for a live object or array (inherited members too)."""
+    if isinstance(container, (list, tuple)):
+        index = _array_index(key, len(container)) if key else None
+        if index is not None:
+            return container[index]
+        if key == "length":
+            return len(container)
+        if key == "__proto__":
+            return []  # Array.prototype: an empty array with the array methods
+        return _FUNCTION if key in _ARRAY_PROTOTYPE_METHODS else UNSET
+    if key in container:
+        return container[key]
+    if isinstance(container, _ObjectPrototype):
+        if key == "__proto__":
+            return None
+    elif key == "__proto__":
+        return _ObjectPrototype()
+    return _FUNCTION if key in _OBJECT_PROTOTYPE_METHODS else UNSET
+
+
+def matches(recorded: Any, live: Any) -> bool:
+    """Whether a live value satisfies a recorded one (PROTOCOL 7.3).
+
+    ``None`` and :data:`~reproit_otel.wire._js.UNSET` on the recorded side, and recorded
+    ``{"$reproit": <truthy>}`` placeholders at any depth, accept any live value.
+    """
+    # An explicit stack keeps deeply nested bodies from exhausting the interpreter stack.
+    pending: list[tuple[Any, Any]] = [(recorded, live)]
+    while pending:
+        want, got = pending.pop()
+        if want is None or want is UNSET:
+            continue
+        if isinstance(want, Mapping):
+            if js_truthy(want.get(PLACEHOLDER_KEY, UNSET)):
+                continue
+            if not _is_object(got):
+                return False
+            for key, value in want.items():
+                pending.append((value, _member(got, key if isinstance(key, str) else str(key))))
+            continue
+        if isinstance(want, (list, tuple)):
+            if not isinstance(got, (list, tuple)) or len(got) != len(want):
+                return False
+            pending.extend(zip(want, got, strict=True))
+            continue
+        if not strict_equal(want, got):
+            return False
+    return True
+
+
+def operation_key(protocol: Any, request: Any) -> str:
+    """The key that orders exchanges of one operation (PROTOCOL 7.2).
+
+    HTTP: ``String(method ?? "") + " " + url_path_and_query(url)``; any other protocol:
+    ``String(text ?? "")``. A missing request counts as an empty one.
+    """
+    fields: Mapping[str, Any] = request if isinstance(request, Mapping) else {}
+    if protocol == "http":
+        return (
+            _string_or_empty(fields.get("method", UNSET))
+            + " "
+            + url_path_and_query(fields.get("url", UNSET))
+        )
+    return _string_or_empty(fields.get("text", UNSET))
+
+
+def _string_or_empty(value: Any) -> str:
+    return "" if value is None or value is UNSET else js_string(value)
+
+
+def request_matches(protocol: Any, recorded: Any, probe: Any) -> bool:
+    """Whether a live request ``probe`` matches a recorded request (PROTOCOL 7.3).
+
+    HTTP: ``method`` strictly equal, path+query equal, ``matches(recorded.body, probe.body)``
+    (headers are never compared). Otherwise: ``text`` strictly equal and
+    ``matches(recorded.values, probe.values)``.
+    """
+    want: Mapping[str, Any] = recorded if isinstance(recorded, Mapping) else {}
+    got: Mapping[str, Any] = probe if isinstance(probe, Mapping) else {}
+    if protocol == "http":
+        if not strict_equal(want.get("method", UNSET), got.get("method", UNSET)):
+            return False
+        if url_path_and_query(want.get("url", UNSET)) != url_path_and_query(got.get("url", UNSET)):
+            return False
+        return matches(want.get("body", UNSET), got.get("body", UNSET))
+    if not strict_equal(want.get("text", UNSET), got.get("text", UNSET)):
+        return False
+    return matches(want.get("values", UNSET), got.get("values", UNSET))
+
+
+def _body_bytes(value: Any) -> bytes:
+    return utf8_bytes(value if isinstance(value, str) else js_stringify(value))
+
+
+_MAX_ARRAY_INDEX: Final = 2**32 - 2
+
+
+def _is_array_index_key(key: str) -> bool:
+    if not key or not key.isascii() or not key.isdigit():
+        return False
+    return (key == "0" or key[0] != "0") and int(key) <= _MAX_ARRAY_INDEX
+
+
+def _js_items(mapping: Mapping[Any, Any]) -> list[tuple[Any, Any]]:
+    items = list(mapping.items())
+    indexes = [item for item in items if isinstance(item[0], str) and _is_array_index_key(item[0])]
+    if not indexes:
+        return items
+    names = [
+        item for item in items if not (isinstance(item[0], str) and _is_array_index_key(item[0]))
+    ]
+    return sorted(indexes, key=lambda item: int(item[0])) + names
+
+
+def js_property_order(value: Any) -> Any:
+    """A copy of ``value`` whose objects list their keys as a JavaScript object would.
+
+    JavaScript objects enumerate integer-like keys (array indexes) first, in ascending
+    order, then the other keys in insertion order; ``JSON.stringify`` writes them so.
+    """
+    if not isinstance(value, (Mapping, list, tuple)):
+        return value
+    root: Any = {} if isinstance(value, Mapping) else []
+    stack: list[tuple[Any, Any]] = [(value, root)]
+    while stack:
+        source, target = stack.pop()
+        pairs = _js_items(source) if isinstance(source, Mapping) else list(enumerate(source))
+        for key, child in pairs:
+            copy = child
+            if isinstance(child, (Mapping, list, tuple)):
+                copy = {} if isinstance(child, Mapping) else []
+                stack.append((child, copy))
+            if isinstance(target, dict):
+                target[key] = copy
+            else:
+                target.append(copy)
+    return root
+
+
+def js_stringify(value: Any) -> str:
+    """``JSON.stringify(value)``: insertion-order JSON with JavaScript's key order."""
+    return ordered_json(js_property_order(value))
+
+
+def _chat_messages(value: Any) -> list[Any] | None:
+    if isinstance(value, Mapping):
+        messages = value.get("messages", UNSET)
+        if isinstance(messages, (list, tuple)):
+            return list(messages)
+    return None
+
+
+def body_delta(recorded: Any, live: Any) -> dict[str, Any] | None:
+    """Where ``live`` first drifts from ``recorded`` (PROTOCOL 7.6), or ``None``.
+
+    ``None`` when either side is absent (:data:`~reproit_otel.wire._js.UNSET`) or the bodies
+    match. Chat bodies (both objects with a ``messages`` array) report
+    ``{"kind": "message", "firstDifferingMessage", "recordedMessages", "liveMessages"}`` when
+    a message differs or the conversations differ in length; everything else reports
+    ``{"kind": "byte", "offset"}``, the first differing byte of the UTF-8 text (the string
+    itself, or its insertion-order JSON), or the shorter length when one is a prefix.
+    """
+    if recorded is UNSET or live is UNSET:
+        return None
+    if matches(recorded, live):
+        return None
+    recorded_messages = _chat_messages(recorded)
+    live_messages = _chat_messages(live)
+    if recorded_messages is not None and live_messages is not None:
+        shorter = min(len(recorded_messages), len(live_messages))
+        index: int | None = next(
+            (i for i in range(shorter) if not matches(recorded_messages[i], live_messages[i])),
+            None,
+        )
+        if index is None and len(recorded_messages) != len(live_messages):
+            index = shorter
+        if index is not None:
+            return {
+                "kind": "message",
+                "firstDifferingMessage": index,
+                "recordedMessages": len(recorded_messages),
+                "liveMessages": len(live_messages),
+            }
+    left = _body_bytes(recorded)
+    right = _body_bytes(live)
+    offset = next(
+        (i for i, (a, b) in enumerate(zip(left, right, strict=False)) if a != b),
+        min(len(left), len(right)),
+    )
+    return {"kind": "byte", "offset": offset}
+
+
+def _reject_constant(token: str) -> Any:
+    raise ValueError(f"{token} is not JSON")
+
+
+def try_json(text: Any, content_type: Any) -> Any:
+    """A live request body as recorded: parsed JSON when ``content_type`` says JSON.
+
+    When ``content_type`` is a string containing ``application/json`` and ``text`` parses as
+    JSON (``JSON.parse`` rules: no ``NaN``/``Infinity`` tokens), the parsed value; otherwise
+    ``text`` unchanged.
+    """
+    if isinstance(content_type, str) and "application/json" in content_type:
+        source = text if isinstance(text, str) else js_string(text)
+        try:
+            return json.loads(source, parse_constant=_reject_constant)
+        except (ValueError, RecursionError):
+            return text
+    return text

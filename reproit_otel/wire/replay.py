@@ -1,0 +1,461 @@
+"""Hermetic replay: serve dependency calls from a capsule instead of the network (PROTOCOL 7).
+
+A capsule (``reproit-backend-capture``, version 1 or 2) holds the exchanges an operation made:
+each ``effect`` event with an ``exchange`` is one recorded HTTP or ``pg`` call. A
+:class:`ReplaySession` loads them in file order and answers live calls from them::
+
+    session = ReplaySession.load("capsule.json", on_divergence=report)
+    served = serve_http(session, {"method": "GET", "url": "http://svc/prices"})
+    rows = serve_pg(session, "SELECT 1", [1])
+
+Matching is strict, never fuzzy. A call's *operation key* is ``METHOD path+query`` for HTTP
+and the statement text for ``pg``; within one key the recorded order is enforced (the first
+unconsumed exchange with that key is the only candidate), while calls of different keys and
+protocols may interleave freely. A call with no candidate, or whose candidate does not match
+(method, path+query and body for HTTP; text and values for ``pg``, with ``$reproit``
+placeholders as wildcards, see :mod:`reproit_otel.wire.matching`), is a *divergence*: the
+session is marked diverged, a ``REPROIT:DIVERGENCE {json}`` line is produced, and the call
+fails (HTTP status 599, or :class:`~reproit_otel.errors.DivergedError` for ``pg``). A recorded
+response whose body or stream boundaries were truncated at capture fails closed the same way.
+
+This module writes nothing anywhere. Divergence lines are kept in
+:attr:`ReplaySession.divergence_lines` and handed to the optional ``on_divergence`` callback;
+the caller writes them to the process's real stderr. :meth:`ReplaySession.load` reading the
+capsule file is the one piece of I/O in the wire layer.
+
+Redaction (decision D8): a capture may have had secret URL query values and configured secret
+strings replaced by placeholders. Give the session a ``live_redactor`` that applies the same
+redaction to each live probe; probes are redacted before matching and before they appear in a
+divergence line.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, TypedDict
+
+from reproit_otel.errors import CapsuleError, DivergedError, RecordedPgError
+from reproit_otel.wire._js import UNSET, is_js_integer, js_string, utf8_bytes
+from reproit_otel.wire.matching import (
+    body_delta,
+    js_stringify,
+    js_truthy,
+    operation_key,
+    request_matches,
+    strict_equal,
+)
+
+__all__ = [
+    "CAPTURE_FORMAT",
+    "DIVERGENCE_MARKER",
+    "DIVERGENCE_STATUS",
+    "PG_DIVERGED_MESSAGE",
+    "DivergenceCallback",
+    "LiveRedactor",
+    "PgResult",
+    "ReplaySession",
+    "ServedResponse",
+    "divergence_line",
+    "divergence_report",
+    "pg_probe",
+    "serve_http",
+    "serve_pg",
+    "split_chunks",
+]
+
+CAPTURE_FORMAT: Final = "reproit-backend-capture"
+"""The ``format`` a capsule must declare."""
+
+DIVERGENCE_MARKER: Final = "REPROIT:DIVERGENCE "
+"""The prefix that starts every divergence line (note the trailing space)."""
+
+DIVERGENCE_STATUS: Final = 599
+"""The HTTP status served for a diverged or fail-closed call."""
+
+PG_DIVERGED_MESSAGE: Final = "reproit: pg call diverged from the capture"
+"""The message of the :class:`~reproit_otel.errors.DivergedError` a diverged ``pg`` call raises."""
+_RECORDED_PG_ERROR: Final = "recorded pg error"
+_STRIPPED_HEADERS: Final = ("content-length", "transfer-encoding", "content-encoding")
+
+LiveRedactor = Callable[[str, dict[str, Any]], dict[str, Any]]
+"""``(protocol, probe) -> probe``: redacts a live probe the way the capture was redacted."""
+
+DivergenceCallback = Callable[[str], None]
+"""Receives each divergence line (without a trailing newline) as it is produced."""
+
+
+class PgResult(TypedDict):
+    """A recorded ``pg`` result as replay serves it."""
+
+    command: Any
+    rowCount: Any
+    rows: list[Any]
+
+
+@dataclass(frozen=True)
+class ServedResponse:
+    """What replay answers an HTTP call with.
+
+    ``headers`` are the recorded response headers minus ``content-length``,
+    ``transfer-encoding`` and ``content-encoding``; ``body_text`` is the recorded body as text;
+    ``chunks`` are the recorded stream chunks (UTF-8 bytes of ``body_text`` cut at the
+    recorded boundaries), or ``None`` when the body is delivered whole.
+    """
+
+    status: int
+    headers: dict[str, Any]
+    body_text: str
+    chunks: list[bytes] | None = None
+
+
+class _Entry:
+    """One recorded exchange and whether a live call has consumed it."""
+
+    __slots__ = ("consumed", "exchange", "key", "protocol")
+
+    def __init__(self, exchange: Any) -> None:
+        self.exchange = exchange
+        self.consumed = False
+        fields = exchange if isinstance(exchange, Mapping) else {}
+        self.protocol: Any = fields.get("protocol", UNSET)
+        self.key = operation_key(self.protocol, fields.get("request", UNSET))
+
+    @property
+    def request(self) -> Any:
+        if isinstance(self.exchange, Mapping):
+            return self.exchange.get("request", UNSET)
+        return UNSET
+
+
+def _reject_constant(token: str) -> Any:
+    raise ValueError(f"{token} is not valid JSON")
+
+
+def _check_capsule(capsule: Any) -> None:
+    """PROTOCOL 7.1: the format must be exact and the version 1 or 2."""
+    fields: Mapping[str, Any] = capsule if isinstance(capsule, Mapping) else {}
+    if fields.get("format", UNSET) != CAPTURE_FORMAT:
+        raise CapsuleError("REPROIT_REPLAY file is not a reproit-backend-capture payload")
+    version = fields.get("version", UNSET)
+    # The CLI reads the version as an unsigned integer in 1..=2; 2.0 and 2 are one JSON number.
+    if not (is_js_integer(version) and 1 <= version <= 2):
+        raise CapsuleError(f"unsupported capture version {js_string(version)}")
+    events = fields.get("events", UNSET)
+    if events is not UNSET and events is not None and not isinstance(events, list):
+        raise CapsuleError("capsule events must be an array of trace events")
+
+
+class ReplaySession:
+    """The exchanges of one capsule and which of them live calls have consumed.
+
+    Create it from a parsed capsule (``ReplaySession(capsule)``) or a file
+    (:meth:`load`); both raise :class:`~reproit_otel.errors.CapsuleError` when the capsule's
+    ``format`` is not ``reproit-backend-capture`` or its ``version`` is not 1 or 2.
+
+    ``live_redactor`` (optional) redacts each live probe before it is matched and reported.
+    ``on_divergence`` (optional) receives every divergence line as it happens.
+
+    State: :attr:`diverged`, :attr:`consumed`, :attr:`total`, :attr:`divergence_lines`. The
+    session is safe to share between threads.
+    """
+
+    def __init__(
+        self,
+        capsule: Mapping[str, Any],
+        *,
+        live_redactor: LiveRedactor | None = None,
+        on_divergence: DivergenceCallback | None = None,
+    ) -> None:
+        _check_capsule(capsule)
+        self.capsule = capsule
+        envelope = capsule.get("envelope", UNSET)
+        self.envelope: Any = None if envelope is UNSET else envelope
+        events = capsule.get("events", UNSET)
+        self._entries = [
+            _Entry(event["exchange"])
+            for event in (events if isinstance(events, list) else [])
+            if isinstance(event, Mapping)
+            and event.get("kind", UNSET) == "effect"
+            and js_truthy(event.get("exchange", UNSET))
+        ]
+        self.diverged = False
+        self.divergence_lines: list[str] = []
+        self.live_redactor = live_redactor
+        self.on_divergence = on_divergence
+        self._lock = threading.Lock()
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path,
+        *,
+        live_redactor: LiveRedactor | None = None,
+        on_divergence: DivergenceCallback | None = None,
+    ) -> ReplaySession:
+        """Read and check the capsule file at ``path`` (UTF-8 JSON).
+
+        Raises :class:`~reproit_otel.errors.CapsuleError` when the file cannot be read, is not
+        JSON, or is not a version 1 or 2 ``reproit-backend-capture`` payload.
+        """
+        try:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError as error:
+            raise CapsuleError(
+                f"cannot read the REPROIT_REPLAY file {path}: {error}; "
+                "point REPROIT_REPLAY at a capsule written by reproit"
+            ) from error
+        return cls.from_text(
+            text, live_redactor=live_redactor, on_divergence=on_divergence, source=str(path)
+        )
+
+    @classmethod
+    def from_text(
+        cls,
+        text: str,
+        *,
+        live_redactor: LiveRedactor | None = None,
+        on_divergence: DivergenceCallback | None = None,
+        source: str = "capsule",
+    ) -> ReplaySession:
+        """Parse capsule JSON text (``JSON.parse`` rules) and check it as :meth:`load` does."""
+        try:
+            capsule = json.loads(text, parse_constant=_reject_constant)
+        except (ValueError, RecursionError) as error:
+            raise CapsuleError(
+                f"the REPROIT_REPLAY file {source} is not JSON ({error}); "
+                "expected a reproit-backend-capture payload"
+            ) from error
+        if not isinstance(capsule, Mapping):
+            raise CapsuleError("REPROIT_REPLAY file is not a reproit-backend-capture payload")
+        return cls(capsule, live_redactor=live_redactor, on_divergence=on_divergence)
+
+    @property
+    def total(self) -> int:
+        """The number of recorded exchanges, all protocols together."""
+        return len(self._entries)
+
+    @property
+    def consumed(self) -> int:
+        """The number of recorded exchanges live calls have consumed."""
+        return sum(1 for entry in self._entries if entry.consumed)
+
+    def redact_probe(self, protocol: str, probe: dict[str, Any]) -> dict[str, Any]:
+        """``probe`` after the session's ``live_redactor`` (unchanged without one)."""
+        if self.live_redactor is None:
+            return probe
+        return self.live_redactor(protocol, probe)
+
+    def match(self, protocol: str, probe: dict[str, Any]) -> Any:
+        """Consume and return the recorded exchange for a live call, or ``None`` (diverged).
+
+        ``probe`` is used as given (call :meth:`redact_probe` first). On a divergence the
+        session is marked diverged and a divergence line is produced.
+        """
+        exchange, _ = self._match(protocol, probe)
+        return exchange
+
+    def diverge(self, protocol: str, probe: dict[str, Any]) -> str:
+        """Mark the session diverged for ``probe`` and return the divergence line."""
+        with self._lock:
+            line = self._diverge_locked(protocol, probe)
+        self._announce(line)
+        return line
+
+    def _match(self, protocol: str, probe: dict[str, Any]) -> tuple[Any, str | None]:
+        key = operation_key(protocol, probe)
+        with self._lock:
+            for entry in self._entries:
+                if entry.consumed or not strict_equal(entry.protocol, protocol):
+                    continue
+                if entry.key != key:
+                    continue
+                if request_matches(protocol, entry.request, probe):
+                    entry.consumed = True
+                    return entry.exchange, None
+                break  # the first unconsumed exchange of this key is the only candidate
+            line = self._diverge_locked(protocol, probe)
+        self._announce(line)
+        return None, line
+
+    def _diverge_locked(self, protocol: str, probe: dict[str, Any]) -> str:
+        self.diverged = True
+        key = operation_key(protocol, probe)
+        open_entries = [
+            entry
+            for entry in self._entries
+            if not entry.consumed and strict_equal(entry.protocol, protocol)
+        ]
+        candidate = next((entry for entry in open_entries if entry.key == key), None)
+        if candidate is None and open_entries:
+            candidate = open_entries[0]
+        report = divergence_report(
+            protocol,
+            probe,
+            None if candidate is None else candidate.request,
+            consumed=sum(1 for entry in self._entries if entry.consumed),
+            total=len(self._entries),
+        )
+        line = divergence_line(report)
+        self.divergence_lines.append(line)
+        return line
+
+    def _announce(self, line: str) -> None:
+        if self.on_divergence is not None:
+            self.on_divergence(line)
+
+
+def divergence_report(
+    protocol: str, got: Any, expected: Any, *, consumed: int, total: int
+) -> dict[str, Any]:
+    """The divergence report (PROTOCOL 7.5), keys in the order the line prints them.
+
+    ``expected`` is the candidate's recorded request, ``None`` when there is no candidate
+    (:data:`~reproit_otel.wire._js.UNSET` when the candidate has no request: the key is then
+    left out of the line). ``bodyDelta`` is added when the bodies of both sides differ.
+    """
+    report: dict[str, Any] = {
+        "protocol": protocol,
+        "got": got,
+        "expected": expected,
+        "consumed": consumed,
+        "total": total,
+    }
+    if expected is not None and expected is not UNSET:
+        expected_body = expected.get("body", UNSET) if isinstance(expected, Mapping) else UNSET
+        got_body = got.get("body", UNSET) if isinstance(got, Mapping) else UNSET
+        delta = body_delta(expected_body, got_body)
+        if delta is not None:
+            report["bodyDelta"] = delta
+    return report
+
+
+def divergence_line(report: Mapping[str, Any]) -> str:
+    """``REPROIT:DIVERGENCE `` + ``JSON.stringify(report)`` (no trailing newline)."""
+    return DIVERGENCE_MARKER + js_stringify(report)
+
+
+def _diverged_response(reason: str) -> ServedResponse:
+    return ServedResponse(
+        status=DIVERGENCE_STATUS,
+        headers={"content-type": "application/json"},
+        body_text=js_stringify({"reproit": reason}),
+    )
+
+
+def split_chunks(text: str, lengths: Sequence[Any]) -> list[bytes]:
+    """Cut the UTF-8 bytes of ``text`` at recorded chunk lengths (PROTOCOL 7.4).
+
+    One chunk per recorded length, always: a length that is not a positive integer counts as
+    0, chunks are clamped to the bytes left, and the last chunk takes whatever remains (so a
+    chunk may be empty, and a multi-byte character may be split).
+    """
+    data = utf8_bytes(text)
+    total = len(data)
+    chunks: list[bytes] = []
+    offset = 0
+    for index, length in enumerate(lengths):
+        size = int(length) if is_js_integer(length) and length > 0 else 0
+        end = total if index == len(lengths) - 1 else min(offset + size, total)
+        chunks.append(data[offset:end])
+        offset = end
+    return chunks
+
+
+def _served_status(response: Mapping[str, Any]) -> int:
+    status = response.get("status", UNSET)
+    if status is None or status is UNSET:
+        return 200
+    if is_js_integer(status):
+        return int(status)
+    raise CapsuleError(
+        f"recorded response status {js_string(status)!r} is not an integer; "
+        "the capsule was not written by reproit or was edited"
+    )
+
+
+def serve_http(session: ReplaySession, probe: dict[str, Any]) -> ServedResponse:
+    """Answer a live HTTP call from the session (PROTOCOL 7.4).
+
+    ``probe`` is ``{"method", "url", "body"?}`` with the body as :func:`try_json
+    <reproit_otel.wire.matching.try_json>` gives it (left out when the request has none).
+    A divergence, a body truncated at capture and truncated stream boundaries are served as
+    status 599 with a ``{"reproit": <reason>}`` JSON body, and produce a divergence line.
+    """
+    probe = session.redact_probe("http", probe)
+    exchange, _ = session._match("http", probe)
+    if exchange is None:
+        return _diverged_response("diverged")
+    response = exchange.get("response", UNSET) if isinstance(exchange, Mapping) else UNSET
+    if not isinstance(response, Mapping):
+        response = {}
+    if response.get("truncated", UNSET) is True:
+        # The capture kept the body's identity, not its bytes: serving a guess would lie.
+        session.diverge("http", {**probe, "truncated": True})
+        return _diverged_response("truncated-exchange-body")
+    recorded_headers = response.get("headers", UNSET)
+    headers = dict(recorded_headers) if isinstance(recorded_headers, Mapping) else {}
+    for name in _STRIPPED_HEADERS:
+        headers.pop(name, None)
+    body = response.get("body", UNSET)
+    body_text = "" if body is UNSET else body if isinstance(body, str) else js_stringify(body)
+    status = _served_status(response)
+    stream = response.get("stream", UNSET)
+    lengths = stream.get("chunks", UNSET) if isinstance(stream, Mapping) else UNSET
+    chunks: list[bytes] | None = None
+    if isinstance(lengths, list):
+        if stream.get("truncated", UNSET) is True:
+            session.diverge("http", {**probe, "streamBoundariesTruncated": True})
+            return _diverged_response("truncated-stream-boundaries")
+        chunks = split_chunks(body_text, lengths)
+    return ServedResponse(status=status, headers=headers, body_text=body_text, chunks=chunks)
+
+
+def pg_probe(text: Any, values: Any = UNSET) -> dict[str, Any]:
+    """The probe of a ``pg`` call: ``{"text"}`` plus ``"values"`` when there are any."""
+    probe: dict[str, Any] = {"text": text}
+    if values is UNSET or values is None:
+        return probe
+    if isinstance(values, (list, tuple)):
+        if values:
+            probe["values"] = list(values)
+        return probe
+    probe["values"] = values
+    return probe
+
+
+def serve_pg(session: ReplaySession, text: Any, values: Any = UNSET) -> PgResult:
+    """Answer a live ``pg`` call from the session (PROTOCOL 7.4).
+
+    Returns ``{"command", "rowCount", "rows"}`` of the recording (``None``, ``0`` and ``[]``
+    when absent). Raises :class:`~reproit_otel.errors.DivergedError` (with the divergence
+    line) when the call diverges, and :class:`~reproit_otel.errors.RecordedPgError` when the
+    recorded call failed. Empty ``values`` count as none.
+    """
+    probe = session.redact_probe("pg", pg_probe(text, values))
+    exchange, line = session._match("pg", probe)
+    if exchange is None:
+        raise DivergedError(PG_DIVERGED_MESSAGE, line=line)
+    response = exchange.get("response", UNSET) if isinstance(exchange, Mapping) else UNSET
+    if not isinstance(response, Mapping):
+        response = {}
+    error = response.get("error", UNSET)
+    if js_truthy(error):
+        fields: Mapping[str, Any] = error if isinstance(error, Mapping) else {}
+        message = fields.get("message", UNSET)
+        code = fields.get("code", UNSET)
+        raise RecordedPgError(
+            _RECORDED_PG_ERROR if message is None or message is UNSET else js_string(message),
+            code=js_string(code) if js_truthy(code) else None,
+        )
+    command = response.get("command", UNSET)
+    row_count = response.get("rowCount", UNSET)
+    rows = response.get("rows", UNSET)
+    return {
+        "command": None if command is UNSET else command,
+        "rowCount": 0 if row_count is None or row_count is UNSET else row_count,
+        "rows": list(rows) if isinstance(rows, list) else [],
+    }
