@@ -14,6 +14,9 @@ A body is measured in encoded bytes (strings as UTF-8), never in characters:
   substring) and the text is JSON by ``JSON.parse`` rules, the parsed value is recorded
   instead: ``{"body": {"a": 1}}``, ``{"body": None}``, ``{"body": 1.5}``.
 
+A body that arrives in chunks goes through :class:`BodyCollector`, which hashes every byte
+but holds at most the budget, and hands :func:`bounded_body` either the bytes or the identity.
+
 ``bytes``, ``bytearray`` and ``memoryview`` are taken as raw bytes. Any other value is named
 as JavaScript names it (``String(value)``), except a mapping whose ``truncated`` is ``True``:
 that is an identity already and passes through unchanged. Bounding never redacts; redaction
@@ -51,6 +54,7 @@ __all__ = [
     "MAX_HEADERS",
     "MAX_PG_ROWS",
     "MAX_STREAM_CHUNKS",
+    "BodyCollector",
     "StreamBoundaries",
     "StreamFields",
     "bounded_body",
@@ -112,6 +116,50 @@ def bounded_body(body: Any, content_type: Any = UNSET) -> dict[str, Any]:
         except ValueError:
             pass
     return {"body": text}
+
+
+class BodyCollector:
+    """Collects a body that arrives in chunks without holding more than the budget.
+
+    Every byte is hashed, so an over-budget body still gets its exact identity::
+
+        collector = BodyCollector()
+        for chunk in stream:
+            collector.add(chunk)
+        fields = bounded_body(collector.result(), content_type)
+    """
+
+    __slots__ = ("_chunks", "_hash", "_size")
+
+    def __init__(self) -> None:
+        self._chunks: list[bytes] = []
+        self._hash = hashlib.sha256()
+        self._size = 0
+
+    def add(self, chunk: bytes | bytearray | memoryview | str) -> None:
+        """Add one chunk (text chunks count as their UTF-8 bytes)."""
+        data = utf8_bytes(chunk) if isinstance(chunk, str) else bytes(chunk)
+        self._size += len(data)
+        self._hash.update(data)
+        if self._size <= MAX_BODY_BYTES:
+            self._chunks.append(data)
+
+    @property
+    def size(self) -> int:
+        """How many bytes were added in total."""
+        return self._size
+
+    def result(self) -> bytes | dict[str, Any] | None:
+        """``None`` when empty, the bytes within the budget, else the body's identity."""
+        if self._size == 0:
+            return None
+        if self._size > MAX_BODY_BYTES:
+            return {
+                "bodyBytes": self._size,
+                "bodySha256": self._hash.hexdigest(),
+                "truncated": True,
+            }
+        return b"".join(self._chunks)
 
 
 # ---------------------------------------------------------------------------- headers

@@ -23,6 +23,7 @@ from reproit_otel.wire.bounds import (
     MAX_HEADERS,
     MAX_PG_ROWS,
     MAX_STREAM_CHUNKS,
+    BodyCollector,
     StreamBoundaries,
     bounded_body,
     bounded_headers,
@@ -249,6 +250,26 @@ def test_a_byte_body_is_inline_only_within_the_budget(data: bytes) -> None:
             "bodySha256": hashlib.sha256(data).hexdigest(),
             "truncated": True,
         }
+
+
+@pytest.mark.parametrize("split", [1, 7, 4096, MAX_BODY_BYTES])
+@pytest.mark.parametrize("size", [0, 5, MAX_BODY_BYTES, MAX_BODY_BYTES + 1, 3 * MAX_BODY_BYTES])
+def test_body_collector_agrees_with_bounding_the_whole_body(size: int, split: int) -> None:
+    data = bytes(index % 251 for index in range(size))
+    collector = BodyCollector()
+    for start in range(0, size, split):
+        collector.add(data[start : start + split])
+    assert collector.size == size
+    assert bounded_body(collector.result(), "text/plain") == bounded_body(data, "text/plain")
+
+
+def test_body_collector_text_chunks_and_empty() -> None:
+    collector = BodyCollector()
+    assert collector.result() is None
+    collector.add("é")
+    collector.add(b"")
+    collector.add(memoryview(b"!"))
+    assert collector.result() == "é!".encode()
 
 
 # -------------------------------------------------------------------------------- headers
