@@ -17,8 +17,10 @@
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -32,10 +34,17 @@ from reproit_otel.wire.batch import (
     build_capture_batch,
     build_capture_result,
     capture_eligibility,
+    correlation_token,
+    host_timezone,
     is_token,
+    observed_at,
 )
 from reproit_otel.wire.canonical import canonical_json
 from reproit_otel.wire.capsule import (
+    CAPSULE_VERSIONS,
+    CAPTURE_FORMAT,
+    CAPTURE_VERSION,
+    capsule_bytes,
     capsule_from_batch,
     capsule_text,
     load_capsule,
@@ -44,9 +53,11 @@ from reproit_otel.wire.capsule import (
 from reproit_otel.wire.payload import capture_payload
 from reproit_otel.wire.trace import BackendTrace, reset_sequence
 from reproit_otel.wire.validate import (
+    BatchValidationError,
+    check_capture_batch,
     validate_capture_batch,
 )
-from tests.vectors import golden_cases
+from tests.vectors import golden_cases, load_vector
 
 RUNTIME = "python 3.11.4"
 CASES = golden_cases("capture_payload.json")
@@ -318,3 +329,716 @@ def test_capture_payload_case(case: dict[str, Any]) -> None:
         assert canonical_json(payload) == expect["canonical"]
     assert len(canonical_json(payload).encode()) == expect["bytes"]
     assert dropped == expect["droppedEffects"]
+
+
+# --- tokens, clocks, host facts ---------------------------------------------------------------
+
+
+def test_token_rule() -> None:
+    assert is_token("cap-1753747200000-1:createOrder")
+    assert is_token("a" * 128)
+    assert is_token("v1.2_3:x-y")
+    for bad in ("", "a" * 129, "GET /quote", "has space", "é", "a\n", 7, None):
+        assert not is_token(bad), bad
+
+
+def test_correlation_token_hashes_non_tokens() -> None:
+    assert correlation_token("spanId", "cap-1-1:op") == "cap-1-1:op"
+    assert correlation_token("spanId", "cap-1753747200000-1:GET /quote") == (
+        "spanid:f3e1cd1702e860be3b604df923093e0b"
+    )
+    assert (
+        correlation_token("traceId", "t r") == "traceid:" + hashlib.sha256(b"t r").hexdigest()[:32]
+    )
+
+
+def test_observed_at_is_rfc3339_utc_millis() -> None:
+    assert observed_at(1753747200000) == "2025-07-29T00:00:00.000Z"
+    assert observed_at(1753747200123) == "2025-07-29T00:00:00.123Z"
+    assert observed_at(0) == "1970-01-01T00:00:00.000Z"
+
+
+def test_host_timezone_prefers_tz_and_omits_the_unknowable() -> None:
+    assert host_timezone({"TZ": "Europe/Berlin"}) == "Europe/Berlin"
+    assert host_timezone({"TZ": ":UTC"}) == "UTC"
+    assert host_timezone({"TZ": "/usr/share/zoneinfo/Asia/Tokyo"}) == "Asia/Tokyo"
+    assert host_timezone({"TZ": "CET-1CEST,M3.5.0,M10.5.0/3"}) is None
+
+
+def test_settings_resolve_commit_sources_in_order() -> None:
+    resolve = CaptureSettings.resolve
+    env = {"REPROIT_COMMIT": "c-repro", "GITHUB_SHA": "c-gh", "REPROIT_IMAGE_DIGEST": "sha256:ab"}
+    assert resolve("app", commit="c-cfg", environ=env) == CaptureSettings(
+        "app", None, "c-cfg", "sha256:ab"
+    )
+    assert resolve("app", environ=env).commit == "c-repro"
+    assert resolve("app", commit="bad commit", environ={"GITHUB_SHA": "c-gh"}).commit == "c-gh"
+    assert resolve("app", environ={"REPROIT_IMAGE_DIGEST": "has space"}) == CaptureSettings("app")
+
+
+# --- decisions D3 and D5 on traces built here ---------------------------------------------------
+
+NOW = 1753747200000
+ENVIRONMENT = CaptureEnvironment(
+    now_ms=NOW, batch_number=7, runtime=RUNTIME, os="linux", arch="x64", tz="UTC"
+)
+SETTINGS = CaptureSettings("app-demo", build="1.2.3")
+
+
+def _capture_trace(
+    effects: Callable[[BackendTrace], None], *, status: Any = 500, operation: str = "POST /orders"
+) -> list[dict[str, Any]]:
+    reset_sequence()
+    trace = BackendTrace.begin(
+        {
+            "traceId": f"cap-{NOW}-1",
+            "actor": None,
+            "actionIndex": 0,
+            "build": "1.2.3",
+            "configContract": None,
+            "captureEnvelope": True,
+            "replaySeed": "00ff00ff00ff00ff",
+        },
+        operation,
+        input={"body": {"sku": "widget"}},
+        wall_ms=lambda: NOW,
+        mono_ns=lambda: 0,
+    )
+    effects(trace)
+    trace.finish({"error": "boom"}, status, False, True)
+    return trace.events
+
+
+def _call(trace: BackendTrace, body: str = "ok", path: str = "/tax") -> None:
+    trace.effect(
+        "call",
+        resource="svc:8080",
+        key=f"GET {path}",
+        exchange={
+            "protocol": "http",
+            "request": {"method": "GET", "url": f"http://svc:8080{path}"},
+            "response": {"status": 200, "body": body},
+        },
+    )
+
+
+def test_capabilities_exchanges_recorded() -> None:
+    case = next(
+        c
+        for c in load_vector("capture-behavior-v1.json")["capabilities"]["cases"]
+        if c["name"] == "exchangesRecorded"
+    )
+    events = _capture_trace(lambda t: [_call(t) for _ in range(case["exchangeCount"])])
+    assert capture_eligibility(events) == (True, None)  # batchSent
+    batch = build_capture_batch(_queued(events), config=SETTINGS, environment=ENVIRONMENT)
+    network = [c for c in batch["capabilities"] if c["capability"] == "network"]
+    assert [c["completeness"] for c in network] == [case["expect"]["networkCapability"]]
+    assert batch["capabilities"] == [
+        {"capability": "http", "completeness": "complete"},
+        {
+            "capability": "network",
+            "completeness": "complete",
+            "detail": "outbound dependency exchanges recorded with responses",
+        },
+    ]
+    assert batch["batchId"] == f"cb-python-otel-{NOW}-7"
+    assert validate_capture_batch(batch) == []
+
+
+def test_capabilities_no_exchanges_is_decision_d5() -> None:
+    case = next(
+        c
+        for c in load_vector("capture-behavior-v1.json")["capabilities"]["cases"]
+        if c["name"] == "noExchanges"
+    )
+    assert case["expect"] == {"networkCapability": None, "batchSent": False}
+    events = _capture_trace(lambda t: t.effect("emit", resource="audit", key="x"))
+    assert capture_eligibility(events) == (False, "no-exchanges")
+    batch = build_capture_batch(_queued(events), config=SETTINGS, environment=ENVIRONMENT)
+    assert [c["capability"] for c in batch["capabilities"]] == ["http"]
+
+
+def test_eligibility_reasons() -> None:
+    with_call = _capture_trace(_call)
+    assert capture_eligibility(with_call) == (True, None)
+    assert capture_eligibility(with_call[:-1]) == (False, "unfinished")
+    assert capture_eligibility(_capture_trace(_call, status=404)) == (False, "not-a-failure")
+    assert capture_eligibility(_capture_trace(_call, status="500")) == (False, "not-a-failure")
+    incomplete = [*with_call[:-1], {**with_call[-1], "effectsComplete": False}]
+    assert capture_eligibility(incomplete) == (False, "effects-incomplete")
+    unseeded = [{k: v for k, v in e.items() if k != "replaySeed"} for e in with_call]
+    assert capture_eligibility(unseeded) == (False, "no-replay-seed")
+    bare = _capture_trace(lambda t: t.effect("read", resource="pg", key="SELECT 1"))
+    assert capture_eligibility(bare) == (False, "effect-without-exchange")
+    marked = _capture_trace(lambda t: (_call(t), t.oracle("agent-response-content")), status=200)
+    assert capture_eligibility(marked) == (True, None)
+
+
+def test_d3_payload_bound_drops_trailing_effects_and_marks_partial() -> None:
+    big = "x" * 8000
+    events = _capture_trace(lambda t: [_call(t, big, f"/p{i}") for i in range(9)])
+    assert capture_eligibility(events) == (True, None)
+    result = build_capture_result(_queued(events), config=SETTINGS, environment=ENVIRONMENT)
+    batch = result.batch
+    kept = [e for e in batch["events"] if e["event"]["kind"] == "dependency"]
+    assert result.dropped_effects == 9 - len(kept) > 0
+    assert result.replaced_values == 0
+    assert [e["event"]["value"]["value"]["key"] for e in kept] == [
+        f"GET /p{i}" for i in range(len(kept))
+    ]
+    detail = (
+        f"{result.dropped_effects} effect event(s) dropped to fit the 49152-byte capture "
+        "payload bound"
+    )
+    assert batch["capabilities"][-1] == {
+        "capability": "network",
+        "completeness": "partial",
+        "detail": detail,
+    }
+    assert validate_capture_batch(batch, portable=False) == []
+    assert [p.rule for p in validate_capture_batch(batch)] == ["dependency-capability"]
+    capsule = capsule_from_batch(batch)
+    assert capsule is not None
+    assert len(capsule_bytes(capsule)) <= 49152
+    assert capsule["events"][1:-1] == [e for e in events if e["kind"] == "effect"][: len(kept)]
+
+
+def test_d3_oversized_value_is_sent_as_identity() -> None:
+    blob = {"blob": "y" * 70000}
+    reset_sequence()
+    trace = BackendTrace.begin(
+        {"traceId": "cap-1-1", "captureEnvelope": True, "replaySeed": "00ff00ff00ff00ff"},
+        "op",
+        input=blob,
+        wall_ms=lambda: NOW,
+        mono_ns=lambda: 0,
+    )
+    _call(trace)
+    trace.finish(None, 500, False, True)
+    result = build_capture_result(_queued(trace.events), config=SETTINGS, environment=ENVIRONMENT)
+    trigger = result.batch["events"][1]["event"]
+    raw = canonical_json(trace.events[0]["input"]).encode()
+    assert trigger["value"] == {
+        "representation": "structural",
+        "shape": {
+            "bodyBytes": len(raw),
+            "bodySha256": hashlib.sha256(raw).hexdigest(),
+            "truncated": True,
+        },
+    }
+    # The start input alone breaks the 48 KiB bound, so every effect went too (D3).
+    assert (result.dropped_effects, result.replaced_values) == (1, 1)
+    assert {c["capability"]: c["completeness"] for c in result.batch["capabilities"]} == {
+        "http": "partial",
+        "network": "partial",
+    }
+    assert validate_capture_batch(result.batch, portable=False) == []
+
+
+def test_capture_payload_size_arithmetic_matches_serialization() -> None:
+    events = _capture_trace(
+        lambda t: [_call(t, "z" * (3000 + 97 * i), f"/q{i}") for i in range(40)]
+    )
+    envelope = {"observedAtMs": NOW, "replaySeed": "00ff00ff00ff00ff", "tz": "Europe/Berlin"}
+    payload, dropped = capture_payload(_queued(events), envelope=envelope)
+    assert payload is not None and dropped > 0
+    size = len(canonical_json(payload).encode())
+    assert size <= 49152
+    assert payload["version"] == 2
+    assert payload["envelope"] == envelope
+    # One more effect would not have fitted.
+    effects = [e for e in events if e["kind"] == "effect"]
+    wider = {
+        **payload,
+        "events": [*payload["events"][:-1], effects[len(effects) - dropped], payload["events"][-1]],
+    }
+    assert len(canonical_json(wider).encode()) > 49152
+
+
+# --- envelope, trigger tokens, encoding -------------------------------------------------------
+
+
+def test_envelope_vector_fields() -> None:
+    group = load_vector("capture-behavior-v1.json")["envelope"]
+    events = _capture_trace(_call)
+    for environment, settings in (
+        (ENVIRONMENT, CaptureSettings("app-demo", image_digest="sha256:abc")),
+        (CaptureEnvironment(now_ms=NOW, batch_number=1, runtime=RUNTIME), CaptureSettings("app")),
+    ):
+        batch = build_capture_batch(_queued(events), config=settings, environment=environment)
+        checkpoints = [e["event"] for e in batch["events"] if e["event"]["kind"] == "checkpoint"]
+        assert [c["name"] for c in checkpoints] == [group["checkpointName"]]
+        attributes = checkpoints[0]["attributes"]
+        assert set(group["required"]) <= set(attributes)
+        assert set(attributes) <= set(group["required"]) | set(group["optional"])
+        assert None not in attributes.values()
+        assert "deployment" not in batch
+    assert attributes == {"observedAtMs": NOW, "replaySeed": "00ff00ff00ff00ff", "runtime": RUNTIME}
+    assert group["deployment"]["commitSources"] == ["config", "REPROIT_COMMIT", "GITHUB_SHA"]
+
+
+def _fixture() -> dict[str, Any]:
+    return copy.deepcopy(load_vector("capture-batch-v1.json"))
+
+
+def test_trigger_tokens() -> None:
+    group = load_vector("capture-behavior-v1.json")["triggerTokens"]
+    events = _capture_trace(_call)
+    batch = build_capture_batch(_queued(events), config=SETTINGS, environment=ENVIRONMENT)
+    triggers = [e["event"]["trigger"] for e in batch["events"] if e["event"]["kind"] == "trigger"]
+    assert triggers == [group["bySdkKind"]["backend"]]
+    for token in group["allowed"]:
+        fixture = _fixture()
+        fixture["events"][1]["event"]["trigger"] = token
+        assert validate_capture_batch(fixture, portable=False) == [], token
+    for token in group["rejected"]:
+        fixture = _fixture()
+        fixture["events"][1]["event"]["trigger"] = token
+        assert [(p.rule, p.field) for p in validate_capture_batch(fixture)] == [
+            ("enum", "batch.events[1].event.trigger")
+        ], token
+
+
+def test_encoding_capsule_files_are_utf8_without_bom(tmp_path: Any) -> None:
+    group = load_vector("capture-behavior-v1.json")["encoding"]
+    events = _capture_trace(lambda t: _call(t, "prix: 12 €"))
+    capsule = capsule_from_batch(
+        build_capture_batch(_queued(events), config=SETTINGS, environment=ENVIRONMENT)
+    )
+    assert capsule is not None
+    data = capsule_bytes(capsule)
+    assert group["byteOrderMark"] == "forbidden"
+    assert data[0] == int(group["firstByteMustBe"], 16)
+    assert not data.startswith(b"\xef\xbb\xbf")
+    assert "€".encode() in data
+    path = tmp_path / "capsule.json"
+    path.write_bytes(data)
+    assert load_capsule(path) == capsule
+    path.write_bytes(b"\xef\xbb\xbf" + data)
+    with pytest.raises(CapsuleError, match="byte order mark"):
+        load_capsule(path)
+
+
+# --- the capture-batch-v1 fixture through the validator ---------------------------------------
+
+
+def test_fixture_passes_the_validator() -> None:
+    fixture = _fixture()
+    assert validate_capture_batch(fixture) == []
+    check_capture_batch(fixture)
+
+
+def _mutate(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """Set (or with ``...`` delete) the value at a dotted path such as ``events.2.event.x``."""
+
+    def apply(batch: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        target: Any = batch
+        for part in parents:
+            target = target[int(part)] if isinstance(target, list) else target[part]
+        key: Any = int(last) if isinstance(target, list) else last
+        if value is ...:
+            del target[key]
+        else:
+            target[key] = value
+
+    return apply
+
+
+MUTATIONS: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
+    ("unknown top-level field", _mutate("extra", 1), "unknown-field", "batch.extra"),
+    ("unknown emitter field", _mutate("emitter.name", "x"), "unknown-field", "batch.emitter.name"),
+    ("unknown event field", _mutate("events.0.note", "x"), "unknown-field", "batch.events[0].note"),
+    (
+        "unknown event-kind field",
+        _mutate("events.0.event.extra", True),
+        "unknown-field",
+        "batch.events[0].event.extra",
+    ),
+    (
+        "unknown captured-value field",
+        _mutate("events.1.event.value.extra", 1),
+        "unknown-field",
+        "batch.events[1].event.value.extra",
+    ),
+    (
+        "unknown failure field",
+        _mutate("events.4.event.failure.extra", 1),
+        "unknown-field",
+        "batch.events[4].event.failure.extra",
+    ),
+    ("unknown policy field", _mutate("policy.x", 1), "unknown-field", "batch.policy.x"),
+    ("missing batchId", _mutate("batchId", ...), "missing-field", "batch.batchId"),
+    ("bad batch id token", _mutate("batchId", "cb conformance"), "token", "batch.batchId"),
+    ("bad trace id token", _mutate("events.0.traceId", "t/1"), "token", "batch.events[0].traceId"),
+    (
+        "bad parent token",
+        _mutate("events.1.causalParentIds", ["a b"]),
+        "token",
+        "batch.events[1].causalParentIds[0]",
+    ),
+    ("version 2", _mutate("version", 2), "version", "batch.version"),
+    ("observedAt garbage", _mutate("observedAt", "yesterday"), "observed-at", "batch.observedAt"),
+    ("observedAt leading zero", _mutate("observedAt", "0123"), "observed-at", "batch.observedAt"),
+    (
+        "observedAt bad day",
+        _mutate("observedAt", "2026-02-30T00:00:00Z"),
+        "observed-at",
+        "batch.observedAt",
+    ),
+    ("no events", _mutate("events", []), "event-count", "batch.events"),
+    ("emitter kind", _mutate("emitter.kind", "sdk"), "enum", "batch.emitter.kind"),
+    (
+        "emitter parent",
+        _mutate("emitter.parentId", "orders-api"),
+        "emitter-parent",
+        "batch.emitter.parentId",
+    ),
+    ("empty deployment", _mutate("deployment", {}), "deployment-identity", "batch.deployment"),
+    ("consent", _mutate("policy.consent", "telemetry"), "enum", "batch.policy.consent"),
+    (
+        "capability kind",
+        _mutate("capabilities.0.capability", "web"),
+        "enum",
+        "batch.capabilities[0].capability",
+    ),
+    (
+        "partial without detail",
+        _mutate("capabilities.0.completeness", "partial"),
+        "capability-detail",
+        "batch.capabilities[0].detail",
+    ),
+    ("duplicate id", _mutate("events.2.id", "evt_orders-api_1"), "event-id", "batch.events[2].id"),
+    (
+        "sequence zero",
+        _mutate("events.0.sequence", 0),
+        "event-sequence",
+        "batch.events[0].sequence",
+    ),
+    (
+        "sequence not increasing",
+        _mutate("events.2.sequence", 2),
+        "event-sequence",
+        "batch.events[2].sequence",
+    ),
+    (
+        "parent is later",
+        _mutate("events.1.causalParentIds", ["evt_orders-api_3"]),
+        "causal-parents",
+        "batch.events[1].causalParentIds[0]",
+    ),
+    (
+        "parent is self",
+        _mutate("events.1.causalParentIds", ["evt_orders-api_2"]),
+        "causal-parents",
+        "batch.events[1].causalParentIds[0]",
+    ),
+    (
+        "unsafe redaction",
+        _mutate("events.1.event.value.redaction", "unredacted-restricted"),
+        "redaction",
+        "batch.events[1].event.value.redaction",
+    ),
+    (
+        "huge value",
+        _mutate("events.1.event.value.value", "v" * 70000),
+        "value-size",
+        "batch.events[1].event.value.value",
+    ),
+    (
+        "empty summary",
+        _mutate("events.4.event.failure.summary", ""),
+        "empty-text",
+        "batch.events[4].event.failure.summary",
+    ),
+    (
+        "outcome",
+        _mutate("events.3.event.outcome", "crashed"),
+        "enum",
+        "batch.events[3].event.outcome",
+    ),
+    (
+        "broken envelope seed",
+        _mutate("events.2.event.attributes.replaySeed", ""),
+        "determinism-envelope",
+        "batch.events[2].event.attributes",
+    ),
+    (
+        "broken envelope time",
+        _mutate("events.2.event.attributes.observedAtMs", -1),
+        "determinism-envelope",
+        "batch.events[2].event.attributes",
+    ),
+    (
+        "blank envelope tz",
+        _mutate("events.2.event.attributes.tz", " "),
+        "determinism-envelope",
+        "batch.events[2].event.attributes",
+    ),
+    (
+        "no envelope",
+        _mutate("events.2.event.name", "other-checkpoint"),
+        "determinism-envelope",
+        "batch.events",
+    ),
+    (
+        "structural trigger",
+        _mutate(
+            "events.1.event.value", {"representation": "structural", "shape": {"type": "object"}}
+        ),
+        "trigger-not-replayable",
+        "batch.events[1].event.value",
+    ),
+    (
+        "incomplete http",
+        _mutate(
+            "capabilities.0", {"capability": "http", "completeness": "partial", "detail": "sampled"}
+        ),
+        "trigger-capability",
+        "batch.events[1].event",
+    ),
+    (
+        "source claim",
+        _mutate("events.4.event.failure.authority", "source-claim"),
+        "no-runtime-oracle",
+        "batch.events[4].event.failure",
+    ),
+    (
+        "no observation",
+        _mutate("events.4.event", {"kind": "operation-start", "name": "again"}),
+        "no-failure-observation",
+        "batch.events",
+    ),
+    (
+        "ambiguous effect",
+        _mutate("events.3.event", {"kind": "effect", "effect": "call", "subject": "svc"}),
+        "ambiguous-effect",
+        "batch.events[3].event.effect",
+    ),
+    (
+        "defect event",
+        _mutate("events.3.event", {"kind": "defect", "defect": "dropped", "detail": "2 events"}),
+        "defect-event",
+        "batch.events[3].event",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("mutation", "rule", "field"),
+    [(m[1], m[2], m[3]) for m in MUTATIONS],
+    ids=[m[0] for m in MUTATIONS],
+)
+def test_fixture_mutations_are_refused(
+    mutation: Callable[[dict[str, Any]], None], rule: str, field: str
+) -> None:
+    fixture = _fixture()
+    mutation(fixture)
+    problems = validate_capture_batch(fixture)
+    assert [(p.rule, p.field) for p in problems] == [(rule, field)], problems
+    with pytest.raises(BatchValidationError) as raised:
+        check_capture_batch(fixture)
+    assert (raised.value.rule, raised.value.field) == (rule, field)
+
+
+def test_validator_accepts_legacy_observed_at_and_optional_fields() -> None:
+    fixture = _fixture()
+    fixture["observedAt"] = "1753617600000"
+    fixture["emitter"]["parentId"] = "host-1"
+    fixture["events"][0].update(wallTime="2026-07-27T12:00:00Z", processId=7, actor="u:1")
+    assert validate_capture_batch(fixture) == []
+
+
+def test_validator_refuses_what_is_not_an_object() -> None:
+    assert [(p.rule, p.field) for p in validate_capture_batch([])] == [("field-type", "batch")]
+
+
+# --- capsules ----------------------------------------------------------------------------------
+
+
+def test_capsule_constants() -> None:
+    assert (CAPTURE_FORMAT, CAPTURE_VERSION, CAPSULE_VERSIONS) == (
+        "reproit-backend-capture",
+        1,
+        (1, 2),
+    )
+
+
+def _server_error_batch() -> dict[str, Any]:
+    return build_capture_batch(
+        _queued(_capture_trace(_call)), config=SETTINGS, environment=ENVIRONMENT
+    )
+
+
+def test_capsule_from_batch_needs_start_trigger_and_signed_observation() -> None:
+    batch = _server_error_batch()
+    for kind in ("operation-start", "trigger", "observation"):
+        pruned = {**batch, "events": [e for e in batch["events"] if e["event"]["kind"] != kind]}
+        assert capsule_from_batch(pruned) is None, kind
+    unsigned = copy.deepcopy(batch)
+    del unsigned["events"][-1]["event"]["failure"]["signature"]
+    assert capsule_from_batch(unsigned) is None
+
+
+def test_capsule_from_batch_synthesizes_a_server_error_return() -> None:
+    batch = _server_error_batch()
+    carrierless = {
+        **batch,
+        "events": [e for e in batch["events"] if e["event"].get("subject") != "operation-return"],
+    }
+    capsule = capsule_from_batch(carrierless)
+    assert capsule is not None
+    effect = next(e for e in _capture_trace(_call) if e["kind"] == "effect")
+    common = {
+        "traceId": f"cap-{NOW}-1",
+        "spanId": f"cap-{NOW}-1:POST /orders",
+        "actionIndex": 0,
+        "operation": "POST /orders",
+        "build": "1.2.3",
+    }
+    assert capsule == {
+        "format": CAPTURE_FORMAT,
+        "version": 2,
+        "operation": "POST /orders",
+        "oracle": "backend-server-error",
+        "events": [
+            {**common, "sequence": 1, "kind": "start", "input": {"body": {"sku": "widget"}}},
+            effect,
+            {
+                **common,
+                "sequence": 3,
+                "kind": "return",
+                "status": 500,
+                "success": False,
+                "effectsComplete": True,
+            },
+        ],
+        "envelope": {
+            "observedAtMs": NOW,
+            "tz": "UTC",
+            "runtime": RUNTIME,
+            "os": "linux",
+            "arch": "x64",
+            "replaySeed": "00ff00ff00ff00ff",
+        },
+    }
+    marked = copy.deepcopy(carrierless)
+    marked["events"][-1]["event"]["failure"]["signature"] = "agent-response-content:POST /orders"
+    assert capsule_from_batch(marked) is None
+
+
+@pytest.mark.parametrize(
+    ("capsule", "message"),
+    [
+        ([], "JSON object"),
+        ({"format": "x", "version": 1, "events": []}, "format"),
+        ({"format": CAPTURE_FORMAT, "version": 3, "events": []}, "version 3"),
+        ({"format": CAPTURE_FORMAT, "version": True, "events": []}, "version True"),
+        (
+            {"format": CAPTURE_FORMAT, "version": 1, "operation": "o", "oracle": "x", "events": []},
+            "no events",
+        ),
+        (
+            {
+                "format": CAPTURE_FORMAT,
+                "version": 1,
+                "operation": "o",
+                "oracle": "x",
+                "events": [
+                    {
+                        "kind": "finish",
+                        "sequence": 1,
+                        "traceId": "t",
+                        "spanId": "s",
+                        "operation": "o",
+                    }
+                ],
+            },
+            r"events\[0\]\.kind",
+        ),
+        (
+            {
+                "format": CAPTURE_FORMAT,
+                "version": 1,
+                "operation": "o",
+                "oracle": "x",
+                "events": [
+                    {
+                        "kind": "start",
+                        "sequence": -1,
+                        "traceId": "t",
+                        "spanId": "s",
+                        "operation": "o",
+                    }
+                ],
+            },
+            r"events\[0\]\.sequence",
+        ),
+        (
+            {
+                "format": CAPTURE_FORMAT,
+                "version": 1,
+                "operation": "o",
+                "oracle": "x",
+                "events": [{"kind": "start", "sequence": 1, "spanId": "s", "operation": "o"}],
+            },
+            r"events\[0\]\.traceId",
+        ),
+        (
+            {
+                "format": CAPTURE_FORMAT,
+                "version": 1,
+                "operation": "o",
+                "oracle": "x",
+                "events": [
+                    {
+                        "kind": "start",
+                        "sequence": 1,
+                        "traceId": "t",
+                        "spanId": "s",
+                        "operation": "o",
+                        "output": 1,
+                    }
+                ],
+            },
+            "output",
+        ),
+        (
+            {
+                "format": CAPTURE_FORMAT,
+                "version": 1,
+                "operation": "o",
+                "oracle": "x",
+                "events": [
+                    {
+                        "kind": "effect",
+                        "effect": "poke",
+                        "sequence": 1,
+                        "traceId": "t",
+                        "spanId": "s",
+                        "operation": "o",
+                    }
+                ],
+            },
+            r"events\[0\]\.effect",
+        ),
+    ],
+)
+def test_validate_capsule_refusals(capsule: Any, message: str) -> None:
+    with pytest.raises(CapsuleError, match=message):
+        validate_capsule(capsule)
+
+
+def test_replay_strength_accepts_minimal_events() -> None:
+    capsule = {
+        "format": CAPTURE_FORMAT,
+        "version": 2,
+        "operation": "o",
+        "oracle": "backend-server-error",
+        "events": [{"kind": "effect", "exchange": {"protocol": "http"}}],
+    }
+    assert validate_capsule(capsule, strict=False) is capsule
+    with pytest.raises(CapsuleError):
+        validate_capsule(capsule)
+    with pytest.raises(CapsuleError, match="not JSON"):
+        load_capsule("{")
