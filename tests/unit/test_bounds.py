@@ -210,7 +210,7 @@ def test_deep_parse_keeps_the_same_grammar() -> None:
 _valid_text = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF))
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(
     st.one_of(
         _valid_text,
@@ -236,7 +236,7 @@ def test_an_inline_text_body_is_never_over_the_budget(body: str, content_type: A
         assert data == b""
 
 
-@settings(max_examples=100)
+@settings(max_examples=100, deadline=None)
 @given(st.binary(max_size=MAX_BODY_BYTES + 64))
 def test_a_byte_body_is_inline_only_within_the_budget(data: bytes) -> None:
     result = bounded_body(data, "text/plain")

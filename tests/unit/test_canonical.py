@@ -79,7 +79,7 @@ def _same_js_value(expected: Any, actual: Any) -> bool:
     return True
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(_json_values)
 def test_canonical_output_parses_back_to_the_same_value(value: Any) -> None:
     text = canonical_json(value)
