@@ -19,6 +19,10 @@ import contextvars
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
+
+from reproit_otel.wire._js import UNSET
+from reproit_otel.wire._jsparse import js_json_parse
 
 if TYPE_CHECKING:
     from reproit_otel.operation import Operation
@@ -27,7 +31,9 @@ __all__ = [
     "MAX_INBOUND_BODY",
     "InboundRequest",
     "current_inbound",
+    "decode_json_body",
     "inbound_scope",
+    "parse_query",
     "single_or_list",
 ]
 
@@ -90,3 +96,24 @@ class inbound_scope:  # a context manager named like a function at its call site
 def single_or_list(pairs: Mapping[str, list[Any]]) -> dict[str, Any]:
     """Collapse repeated values: one value stays itself, several become a list (PROTOCOL 9.2)."""
     return {name: values[0] if len(values) == 1 else list(values) for name, values in pairs.items()}
+
+
+def parse_query(query: str) -> dict[str, Any]:
+    """A query string decoded as PROTOCOL 9.2 says: blank values kept, repeats as lists."""
+    return single_or_list(parse_qs(query, keep_blank_values=True)) if query else {}
+
+
+def decode_json_body(data: bytes, content_type: str | None) -> Any:
+    """The decoded JSON body, or :data:`UNSET` when it is not a JSON body.
+
+    JSON means: a content type containing ``application/json`` (case-insensitive), at most
+    :data:`MAX_INBOUND_BODY` bytes, UTF-8 text that ``JSON.parse`` accepts.
+    """
+    if not data or len(data) > MAX_INBOUND_BODY:
+        return UNSET
+    if content_type is None or "application/json" not in content_type.lower():
+        return UNSET
+    try:
+        return js_json_parse(data.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return UNSET

@@ -212,14 +212,14 @@ class ReproitSpanProcessor(SpanProcessor):
             self._on_end(span)
 
     def shutdown(self) -> None:
-        """Stop recording (may be called twice); sinks with ``shutdown()`` are shut down."""
+        """Stop recording (may be called twice) and close the sinks (``close``/``shutdown``)."""
         if self._shutdown:
             return
         self._shutdown = True
         recording.clear_pipeline(self)
         for sink in self.sinks:
             with guarded("processor.shutdown"):
-                stop = getattr(sink, "shutdown", None)
+                stop = getattr(sink, "close", None) or getattr(sink, "shutdown", None)
                 if callable(stop):
                     stop()
 

@@ -1,0 +1,273 @@
+"""Wiring reproit-otel into the OpenTelemetry a process already runs.
+
+From code::
+
+    import reproit_otel
+    reproit_otel.install()                   # the global SDK TracerProvider
+    reproit_otel.install(provider)           # or a given one
+
+With no code change, under ``opentelemetry-instrument``:
+
+* ``OTEL_TRACES_EXPORTER=otlp,reproit``: the ``reproit`` traces exporter
+  (:class:`ReproitSpanExporter`, entry point group ``opentelemetry_traces_exporter``) exports
+  nothing itself; creating it installs reproit-otel on the provider the SDK configurator just
+  set up;
+* the ``opentelemetry_post_instrument`` hook (:func:`post_instrument`) installs it after the
+  instrumentors ran, whatever distro or configurator set the provider up;
+* ``OTEL_TRACES_SAMPLER=reproit_parentbased_traceidratio`` (entry point group
+  ``opentelemetry_traces_sampler``, :func:`reproit_parentbased_traceidratio`) samples like
+  ``parentbased_traceidratio`` with ``OTEL_TRACES_SAMPLER_ARG``, except that a trace it would
+  drop is still recorded (``RECORD_ONLY``): reproit-otel sees every request, exporters still
+  receive only sampled spans.
+
+What :func:`install` does (once per provider; a second call returns the same processor):
+
+1. reads the configuration (``config.py``); with ``REPROIT_DISABLED=1`` or an unusable
+   configuration it does nothing;
+2. with ``REPROIT_REPLAY`` set, installs hermetic replay (``reproit_otel.replay``) instead of
+   recording, and stops there;
+3. adds :class:`~reproit_otel.processor.ReproitSpanProcessor` to the provider, with the
+   uploader as its sink when capture is configured (``REPROIT_ENDPOINT``, ``REPROIT_API_KEY``,
+   ``REPROIT_APP_ID``) and the debug dump when ``REPROIT_DEBUG_DUMP`` is set;
+4. installs the recorders (``requests``, ``psycopg2``) whose library is importable, and the
+   inbound middleware patches for Flask and Starlette/FastAPI.
+
+Our own traffic is never recorded: recorders ignore calls made under OpenTelemetry's
+``suppress_instrumentation``, which the uploader sets.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+from opentelemetry import trace as otel_trace
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import (
+    Decision,
+    ParentBasedTraceIdRatio,
+    Sampler,
+    SamplingResult,
+)
+
+from reproit_otel._guard import guarded
+from reproit_otel.config import ReproitConfig, load_config
+from reproit_otel.processor import DebugDumpSink, OperationSink, ReproitSpanProcessor
+
+__all__ = [
+    "RecordDroppedSampler",
+    "ReproitSpanExporter",
+    "install",
+    "post_instrument",
+    "reproit_parentbased_traceidratio",
+    "uninstall",
+]
+
+_log = logging.getLogger("reproit_otel")
+
+# Recorder modules installed when their library is importable.
+_RECORDERS = ("reproit_otel.instrumentation.requests", "reproit_otel.instrumentation.psycopg2")
+
+_lock = threading.RLock()
+_processors: weakref.WeakKeyDictionary[Any, ReproitSpanProcessor] = weakref.WeakKeyDictionary()
+_patched = False
+_replaying = False
+
+
+def _sinks(config: ReproitConfig) -> list[OperationSink]:
+    sinks: list[OperationSink] = []
+    if config.capture_enabled:
+        from reproit_otel.uploader import Uploader  # noqa: PLC0415 - only when capturing
+
+        uploader = Uploader.from_config(config)
+        if uploader is not None:
+            sinks.append(uploader)
+    elif config.endpoint:
+        _log.warning(
+            "reproit-otel will not upload captures: %s; set it and restart",
+            config.capture_problem,
+        )
+    if config.debug_dump:
+        sinks.append(DebugDumpSink(config.debug_dump))
+    return sinks
+
+
+def _install_library_hooks() -> None:
+    global _patched
+    if _patched:
+        return
+    _patched = True
+    for module_name in _RECORDERS:
+        with guarded(f"bootstrap.recorder[{module_name}]"):
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as exc:
+                _log.debug("reproit-otel: recorder %s not installed: %s", module_name, exc)
+                continue
+            module.install_recorder()
+    from reproit_otel.instrumentation import asgi, wsgi  # noqa: PLC0415 - after the guard
+
+    with guarded("bootstrap.flask"):
+        wsgi.install_flask()
+    with guarded("bootstrap.starlette"):
+        asgi.install_starlette()
+
+
+def _install_replay(config: ReproitConfig) -> None:
+    global _replaying
+    if _replaying:
+        return
+    try:
+        replay = importlib.import_module("reproit_otel.replay")
+        replay.install_replay(config.replay)
+    except Exception:
+        _log.exception(
+            "reproit-otel could not start replay from REPROIT_REPLAY=%s; "
+            "check that the file is a reproit-backend-capture capsule",
+            config.replay,
+        )
+        raise
+    _replaying = True
+
+
+def install(
+    tracer_provider: Any = None, *, config: ReproitConfig | None = None
+) -> ReproitSpanProcessor | None:
+    """Install reproit-otel on ``tracer_provider`` (default: the global one). Idempotent.
+
+    Returns the span processor, or ``None`` when nothing was installed (disabled, replay
+    mode, or no SDK ``TracerProvider``). Never raises, except that a ``REPROIT_REPLAY``
+    capsule that cannot be loaded is an error: replay must never fall back to live calls.
+    """
+    config = config if config is not None else load_config()
+    if config.disabled:
+        _log.debug("reproit-otel is disabled (%s)", "; ".join(config.problems) or "by setting")
+        return None
+    with _lock:
+        if config.replay:
+            _install_replay(config)
+            return None
+        provider = (
+            tracer_provider if tracer_provider is not None else otel_trace.get_tracer_provider()
+        )
+        with guarded("bootstrap.install"):
+            existing = _processors.get(provider)
+            if existing is not None:
+                return existing
+            add = getattr(provider, "add_span_processor", None)
+            if not callable(add):
+                _log.warning(
+                    "reproit-otel found no OpenTelemetry SDK TracerProvider (got %s); "
+                    "configure the SDK first, or run under opentelemetry-instrument",
+                    type(provider).__name__,
+                )
+                return None
+            processor = ReproitSpanProcessor(config, _sinks(config))
+            add(processor)
+            _processors[provider] = processor
+            _install_library_hooks()
+            return processor
+    return None
+
+
+def uninstall() -> None:
+    """Undo :func:`install` (tests): stop the processors, restore every patched library.
+
+    The SDK cannot remove a span processor from a provider; a stopped processor ignores spans.
+    """
+    global _patched, _replaying
+    with _lock:
+        for processor in list(_processors.values()):
+            processor.shutdown()
+        _processors.clear()
+        if _patched:
+            for module_name in _RECORDERS:
+                with guarded(f"bootstrap.uninstall[{module_name}]"):
+                    try:
+                        module = importlib.import_module(module_name)
+                    except ImportError:
+                        continue
+                    module.uninstall_recorder()
+            from reproit_otel.instrumentation import asgi, wsgi  # noqa: PLC0415
+
+            wsgi.uninstall_flask()
+            asgi.uninstall_starlette()
+            _patched = False
+        if _replaying:
+            importlib.import_module("reproit_otel.replay").uninstall_replay()
+            _replaying = False
+
+
+def post_instrument(**kwargs: Any) -> None:
+    """The ``opentelemetry_post_instrument`` hook: :func:`install` on the global provider."""
+    with guarded("bootstrap.post_instrument"):
+        install()
+
+
+class ReproitSpanExporter(SpanExporter):
+    """``OTEL_TRACES_EXPORTER=reproit``: installs reproit-otel, exports nothing itself.
+
+    The SDK configurator creates exporters after it set the global ``TracerProvider``, so
+    creating this one installs the span processor there (the processor, not this exporter,
+    sees every span, sampled or not).
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        with guarded("exporter.install"):
+            install()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        """Nothing to export: reproit-otel works in its span processor."""
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        """Nothing to release (the processor is shut down with its provider)."""
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Nothing is buffered here."""
+        return True
+
+
+class RecordDroppedSampler(Sampler):
+    """Wraps a sampler so that what it drops is still recorded (``RECORD_ONLY``).
+
+    Span processors (reproit-otel's) see every span; exporters, which only take sampled
+    spans, see exactly what the wrapped sampler chose.
+    """
+
+    def __init__(self, inner: Sampler) -> None:
+        self.inner = inner
+
+    def should_sample(self, *args: Any, **kwargs: Any) -> SamplingResult:
+        """The wrapped decision, with ``DROP`` turned into ``RECORD_ONLY``."""
+        result = self.inner.should_sample(*args, **kwargs)
+        if result.decision is Decision.DROP:
+            return SamplingResult(
+                Decision.RECORD_ONLY, result.attributes, trace_state=result.trace_state
+            )
+        return result
+
+    def get_description(self) -> str:
+        """``RecordDropped{<wrapped description>}``."""
+        return f"RecordDropped{{{self.inner.get_description()}}}"
+
+
+def reproit_parentbased_traceidratio(rate: float | str | None = None) -> Sampler:
+    """Sampler factory for ``OTEL_TRACES_SAMPLER=reproit_parentbased_traceidratio``.
+
+    ``rate`` is ``OTEL_TRACES_SAMPLER_ARG`` (a ratio in 0..1; missing or unusable means 1.0).
+    """
+    try:
+        ratio = 1.0 if rate is None or rate == "" else float(rate)
+    except ValueError:
+        _log.warning("reproit-otel: OTEL_TRACES_SAMPLER_ARG=%r is not a ratio; using 1.0", rate)
+        ratio = 1.0
+    if not 0.0 <= ratio <= 1.0:
+        _log.warning("reproit-otel: sampling ratio %r is outside 0..1; using 1.0", ratio)
+        ratio = 1.0
+    return RecordDroppedSampler(ParentBasedTraceIdRatio(ratio))

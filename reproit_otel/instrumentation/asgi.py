@@ -1,0 +1,273 @@
+"""ASGI inbound side: the request's input in, the operation's return at response start.
+
+Usage, with no code change under ``opentelemetry-instrument`` (``reproit_otel.install()``
+patches ``starlette.applications.Starlette.__call__``, which FastAPI inherits, so the
+middleware runs outside OpenTelemetry's ASGI middleware), or explicitly for any ASGI app::
+
+    from reproit_otel.instrumentation.asgi import ReproitASGIMiddleware
+    app = ReproitASGIMiddleware(app)  # outermost, outside OpenTelemetryMiddleware
+
+What it does for each ``http`` request (PROTOCOL 9.2; other scopes pass through):
+
+* builds the canonical input: the request body of an ``application/json`` request is read
+  (up to 64 KiB; the messages are replayed to the application unchanged, then ``receive`` is
+  handed on) and decoded when it is complete, at most 64 KiB and valid JSON; the query is
+  decoded (blank values kept, repeats as lists); header names are lowercased and repeated
+  headers become lists;
+* names the operation ``METHOD /path`` (ASGI ``path``, percent-decoded);
+* publishes both for the server span that starts inside the application call, through a
+  context variable (the span processor begins the operation, ``processor.py``);
+* holds ``http.response.start`` and the first body messages until the body completes or
+  exceeds 64 KiB, then finishes the operation with the status and the decoded JSON body
+  (when complete and JSON) and appends ``x-reproit-events`` to the held start message on a
+  trusted scan-time request (D12). No response start at all means status 500.
+
+Every other byte and message boundary is unchanged, streaming responses included. Requests
+without an operation are passed through untouched, and a defect of ours leaves the request
+untraced (``_guard.py``); the application's exceptions propagate unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from reproit_otel import recording
+from reproit_otel._guard import guard_call, guarded
+from reproit_otel.inbound import (
+    MAX_INBOUND_BODY,
+    InboundRequest,
+    current_inbound,
+    decode_json_body,
+    inbound_scope,
+    parse_query,
+    single_or_list,
+)
+from reproit_otel.wire._js import UNSET
+from reproit_otel.wire.inputs import http_input
+
+__all__ = [
+    "ReproitASGIMiddleware",
+    "asgi_call",
+    "install_starlette",
+    "uninstall_starlette",
+]
+
+EVENTS_HEADER = b"x-reproit-events"
+
+Message = MutableMapping[str, Any]
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def _headers(scope: Scope) -> dict[str, list[str]]:
+    headers: dict[str, list[str]] = {}
+    for raw_name, raw_value in scope.get("headers") or ():
+        name = bytes(raw_name).decode("latin-1").lower()
+        headers.setdefault(name, []).append(bytes(raw_value).decode("latin-1"))
+    return headers
+
+
+def inbound_from_scope(scope: Scope, body: bytes | None) -> InboundRequest:
+    """The :class:`InboundRequest` of an ASGI ``http`` scope and its buffered body."""
+    headers = _headers(scope)
+    content_type = headers.get("content-type", [None])[0]
+    decoded = UNSET if body is None else decode_json_body(body, content_type)
+    query = bytes(scope.get("query_string") or b"").decode("latin-1")
+    value = http_input(body=decoded, query=parse_query(query), headers=single_or_list(headers))
+
+    def header(name: str) -> str | None:
+        values = headers.get(name)
+        return values[0] if values else None
+
+    return InboundRequest(
+        method=str(scope.get("method") or "GET"),
+        path=str(scope.get("path") or "/"),
+        input=value,
+        header=header,
+    )
+
+
+def _wants_body(scope: Scope) -> bool:
+    for raw_name, raw_value in scope.get("headers") or ():
+        if bytes(raw_name).lower() == b"content-type":
+            return b"application/json" in bytes(raw_value).lower()
+    return False
+
+
+async def _read_request(receive: Receive) -> tuple[list[Message], bytes | None]:
+    """Read request messages up to 64 KiB; the body when complete and small, else None."""
+    messages: list[Message] = []
+    size = 0
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message.get("type") != "http.request":
+            return messages, None
+        size += len(message.get("body") or b"")
+        if size > MAX_INBOUND_BODY:
+            return messages, None
+        if not message.get("more_body", False):
+            return messages, b"".join(bytes(m.get("body") or b"") for m in messages)
+
+
+class _Response:
+    """Holds the response start and first body messages of one request."""
+
+    def __init__(self, inbound: InboundRequest, send: Send) -> None:
+        self.inbound = inbound
+        self.send = send
+        self.start: Message | None = None
+        self.held: list[Message] = []
+        self.size = 0
+        self.released = False
+
+    def finish(self, *, complete: bool) -> None:
+        operation = self.inbound.operation
+        if operation is None:
+            return
+        start = self.start
+        status = start.get("status") if start is not None else 500
+        output: Any = None
+        if complete and start is not None:
+            content_type = None
+            for raw_name, raw_value in start.get("headers") or ():
+                if bytes(raw_name).lower() == b"content-type":
+                    content_type = bytes(raw_value).decode("latin-1")
+            body = b"".join(bytes(m.get("body") or b"") for m in self.held)
+            decoded = decode_json_body(body, content_type)
+            output = None if decoded is UNSET else decoded
+        operation.finish(status if isinstance(status, int) else None, output)
+        header = operation.header()
+        if header is not None and start is not None:
+            start["headers"] = [*(start.get("headers") or ()), (EVENTS_HEADER, header.encode())]
+
+    async def release(self, *, complete: bool) -> None:
+        self.released = True
+        with guarded("asgi.finish"):
+            self.finish(complete=complete)
+        messages = ([self.start] if self.start is not None else []) + self.held
+        self.start, self.held = None, []
+        for message in messages:
+            await self.send(message)
+
+    async def __call__(self, message: Message) -> None:
+        if self.released or self.inbound.operation is None:
+            if not self.released and self.start is not None:
+                await self.release(complete=False)
+            self.released = True
+            await self.send(message)
+            return
+        kind = message.get("type")
+        if kind == "http.response.start" and self.start is None:
+            self.start = message
+            return
+        if kind == "http.response.body" and self.start is not None:
+            self.held.append(message)
+            self.size += len(message.get("body") or b"")
+            if not message.get("more_body", False):
+                await self.release(complete=True)
+            elif self.size > MAX_INBOUND_BODY:
+                await self.release(complete=False)
+            return
+        # Anything else (trailers, pathsend, a second start) goes out after what is held.
+        await self.release(complete=False)
+        await self.send(message)
+
+
+async def asgi_call(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """Run ``app`` for one request with reproit-otel's inbound handling around it."""
+    if (
+        scope.get("type") != "http"
+        or recording.current_pipeline() is None
+        or current_inbound() is not None
+    ):
+        await app(scope, receive, send)
+        return
+    replay: list[Message] = []
+    body: bytes | None = None
+    if guard_call("asgi.wants_body", _wants_body, scope, default=False):
+        replay, body = await _read_request(receive)
+    inbound = guard_call("asgi.inbound", inbound_from_scope, scope, body, default=None)
+
+    async def replayed_receive() -> Message:
+        if replay:
+            return replay.pop(0)
+        return await receive()
+
+    app_receive = replayed_receive if replay else receive
+    if inbound is None:
+        await app(scope, app_receive, send)
+        return
+    response = _Response(inbound, send)
+    with inbound_scope(inbound):
+        try:
+            await app(scope, app_receive, response)
+        except BaseException:
+            if not response.released and inbound.operation is not None:
+                if response.start is not None:
+                    # Without us the start would already be on the wire: send what is held
+                    # so the server reacts to the failure exactly as it would have.
+                    with contextlib.suppress(Exception):  # the application's exception wins
+                        await response.release(complete=False)
+                else:
+                    with guarded("asgi.failed"):
+                        inbound.operation.finish(500, None)
+            raise
+        if not response.released and inbound.operation is not None:
+            await response.release(complete=response.start is None)
+
+
+class ReproitASGIMiddleware:
+    """ASGI middleware wrapping ``app`` with :func:`asgi_call`."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await asgi_call(self.app, scope, receive, send)
+
+
+_PATCH_MARK = "_reproit_original_call"
+
+
+def install_starlette() -> bool:
+    """Wrap every Starlette and FastAPI application (patch ``Starlette.__call__``). Idempotent.
+
+    ``Starlette.__call__`` runs before the middleware stack, so reproit-otel sits outside
+    OpenTelemetry's ASGI middleware however the FastAPI instrumentation installed it.
+    Returns False when Starlette is not installed.
+    """
+    try:
+        from starlette.applications import Starlette  # noqa: PLC0415 - optional dependency
+    except ImportError:
+        return False
+    if _PATCH_MARK in Starlette.__dict__:
+        return True
+    original = Starlette.__call__
+
+    async def __call__(self: Any, scope: Scope, receive: Receive, send: Send) -> None:
+        async def inner(scope: Scope, receive: Receive, send: Send) -> None:
+            await original(self, scope, receive, send)
+
+        await asgi_call(inner, scope, receive, send)
+
+    __call__.__wrapped__ = original  # type: ignore[attr-defined]
+    setattr(Starlette, _PATCH_MARK, original)
+    Starlette.__call__ = __call__  # type: ignore[method-assign]
+    return True
+
+
+def uninstall_starlette() -> None:
+    """Restore ``Starlette.__call__`` exactly."""
+    try:
+        from starlette.applications import Starlette  # noqa: PLC0415 - optional dependency
+    except ImportError:
+        return
+    original = Starlette.__dict__.get(_PATCH_MARK)
+    if original is not None:
+        Starlette.__call__ = original  # type: ignore[method-assign]
+        delattr(Starlette, _PATCH_MARK)
