@@ -1,0 +1,275 @@
+"""``reproit-otel list``, ``show`` and ``pull``: read occurrences and capsules from an ingest.
+
+::
+
+    reproit-otel list [--operation OP] [--status N] [--project P] [--limit N] [--offset N]
+    reproit-otel show OCC
+    reproit-otel pull OCC [-o FILE]
+
+Every command takes ``--ingest URL`` (default ``$REPROIT_INGEST_URL``, else
+``http://127.0.0.1:8765``), ``--api-key KEY`` (default ``$REPROIT_API_KEY``) and ``--json``
+(the server's JSON, for scripts; ``pull`` always writes the capsule itself). ``pull`` writes
+the capsule bytes exactly as served (canonical JSON, no trailing newline) to ``FILE`` or
+standard output, ready for ``reproit-otel check``.
+
+Exit codes: 0 on success; 2 with one clear line on stderr when the ingest refuses the key,
+the occurrence is unknown (or has no capsule), or no ingest answers at the URL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DEFAULT_INGEST_URL", "IngestClient", "IngestClientError", "register"]
+
+DEFAULT_INGEST_URL = "http://127.0.0.1:8765"
+INGEST_URL_ENV = "REPROIT_INGEST_URL"
+API_KEY_ENV = "REPROIT_API_KEY"
+
+
+class IngestClientError(Exception):
+    """A request to the ingest failed; the message is what the user reads."""
+
+
+class IngestClient:
+    """The occurrence API of one ingest, over the standard library's HTTP client."""
+
+    def __init__(self, base_url: str, api_key: str | None, *, timeout: float = 10.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.timeout = timeout
+
+    def get(self, path: str, query: dict[str, str] | None = None) -> bytes:
+        """GET ``path``; raises :class:`IngestClientError` with a user-facing message."""
+        url = self.base_url + path
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        request = urllib.request.Request(url, method="GET")
+        if self.api_key:
+            request.add_header("authorization", f"Bearer {self.api_key}")
+        detach = _suppressed()
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                body: bytes = response.read()
+                return body
+        except urllib.error.HTTPError as error:
+            raise IngestClientError(self._refusal(error)) from None
+        except (urllib.error.URLError, OSError) as error:
+            reason = getattr(error, "reason", error)
+            raise IngestClientError(
+                f"no ingest answers at {self.base_url} ({reason}); start one with "
+                "`reproit-otel serve` or point --ingest (or REPROIT_INGEST_URL) at it"
+            ) from None
+        finally:
+            detach()
+
+    def get_json(self, path: str, query: dict[str, str] | None = None) -> Any:
+        """GET ``path`` and parse the JSON answer."""
+        body = self.get(path, query)
+        try:
+            return json.loads(body)
+        except ValueError:
+            raise IngestClientError(
+                f"{self.base_url}{path} did not answer JSON; is --ingest an ingest URL?"
+            ) from None
+
+    def _refusal(self, error: urllib.error.HTTPError) -> str:
+        message = ""
+        try:
+            detail = json.loads(error.read())
+            message = str(detail.get("error", {}).get("message", ""))
+        except (ValueError, AttributeError, OSError):
+            pass
+        if error.code == 401:
+            return (
+                f"the ingest at {self.base_url} refused the API key; pass --api-key or set "
+                f"{API_KEY_ENV} to a key the ingest accepts"
+            )
+        if error.code == 404:
+            return message or f"{error.url} was not found on {self.base_url}"
+        suffix = f": {message}" if message else ""
+        return f"the ingest at {self.base_url} answered HTTP {error.code}{suffix}"
+
+
+def _suppressed() -> Callable[[], None]:
+    """Keep the CLI's own requests out of any OpenTelemetry instrumentation in this process."""
+    try:
+        from opentelemetry.context import (  # noqa: PLC0415 - the CLI works without the SDK
+            _SUPPRESS_INSTRUMENTATION_KEY,
+            attach,
+            detach,
+            set_value,
+        )
+    except ImportError:  # pragma: no cover
+        return lambda: None
+    token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
+    return lambda: detach(token)
+
+
+def _common(parser: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
+    parser.add_argument(
+        "--ingest",
+        default=None,
+        metavar="URL",
+        help=f"the ingest (default ${INGEST_URL_ENV}, else {DEFAULT_INGEST_URL})",
+    )
+    parser.add_argument(
+        "--api-key", default=None, metavar="KEY", help=f"bearer key (default ${API_KEY_ENV})"
+    )
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds (default 10)")
+    if json_flag:
+        parser.add_argument("--json", action="store_true", help="print the server's JSON")
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``list``, ``show`` and ``pull`` subcommands."""
+    listing: argparse.ArgumentParser = subparsers.add_parser(
+        "list", help="list the occurrences an ingest holds, most recent first"
+    )
+    _common(listing)
+    listing.add_argument("--operation", default=None, help="only this operation (METHOD /path)")
+    listing.add_argument("--status", type=int, default=None, help="only this HTTP status")
+    listing.add_argument("--project", default=None, help="only this project (app id)")
+    listing.add_argument("--limit", type=int, default=50, help="page size (default 50)")
+    listing.add_argument("--offset", type=int, default=0, help="skip this many (default 0)")
+    listing.set_defaults(handler=run_list)
+
+    show: argparse.ArgumentParser = subparsers.add_parser("show", help="show one occurrence")
+    _common(show)
+    show.add_argument("occurrence", metavar="OCC", help="occurrence id (occ_...)")
+    show.set_defaults(handler=run_show)
+
+    pull: argparse.ArgumentParser = subparsers.add_parser(
+        "pull", help="download an occurrence's capsule for `reproit-otel check`"
+    )
+    _common(pull, json_flag=False)
+    pull.add_argument("occurrence", metavar="OCC", help="occurrence id (occ_...)")
+    pull.add_argument("-o", "--output", default=None, metavar="FILE", help="default: stdout")
+    pull.set_defaults(handler=run_pull)
+
+
+def _client(args: argparse.Namespace) -> IngestClient:
+    url = args.ingest or os.environ.get(INGEST_URL_ENV) or DEFAULT_INGEST_URL
+    key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    return IngestClient(url, key, timeout=args.timeout)
+
+
+def _fail(command: str, error: IngestClientError) -> int:
+    print(f"reproit-otel {command}: {error}", file=sys.stderr)
+    return 2
+
+
+def _occurrence_path(occurrence: str) -> str:
+    return "/v1/occurrences/" + urllib.parse.quote(occurrence, safe="")
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    header = ("ID", "COUNT", "STATUS", "LAST SEEN", "CAPSULE", "OPERATION")
+    lines = [header]
+    for row in rows:
+        lines.append(
+            (
+                str(row.get("id")),
+                str(row.get("count")),
+                "-" if row.get("status") is None else str(row.get("status")),
+                str(row.get("lastSeen")),
+                "yes" if row.get("capsuleAvailable") else "no",
+                str(row.get("operation")),
+            )
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+    return "\n".join(
+        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line[:-1])) + "  " + line[-1]
+        for line in lines
+    )
+
+
+def run_list(args: argparse.Namespace) -> int:
+    """Execute ``list``."""
+    query = {"limit": str(args.limit), "offset": str(args.offset)}
+    for name in ("operation", "status", "project"):
+        value = getattr(args, name)
+        if value is not None:
+            query[name] = str(value)
+    try:
+        page = _client(args).get_json("/v1/occurrences", query)
+    except IngestClientError as error:
+        return _fail("list", error)
+    if args.json:
+        print(json.dumps(page, ensure_ascii=False, indent=2))
+        return 0
+    rows = page.get("occurrences", [])
+    if not rows:
+        print("no occurrences")
+        return 0
+    print(_table(rows))
+    shown = page.get("offset", 0) + len(rows)
+    if page.get("nextOffset") is not None:
+        print(f"({shown} of {page.get('total')}; next page: --offset {page['nextOffset']})")
+    return 0
+
+
+_SHOW_FIELDS = (
+    ("id", "occurrence"),
+    ("projectId", "project"),
+    ("operation", "operation"),
+    ("status", "status"),
+    ("signature", "signature"),
+    ("summary", "summary"),
+    ("count", "count"),
+    ("batches", "capture batches"),
+    ("traces", "OTLP spans"),
+    ("capsuleAvailable", "capsule"),
+    ("firstSeen", "first seen"),
+    ("lastSeen", "last seen"),
+    ("build", "build"),
+    ("commit", "commit"),
+)
+
+
+def run_show(args: argparse.Namespace) -> int:
+    """Execute ``show``."""
+    client = _client(args)
+    try:
+        occurrence = client.get_json(_occurrence_path(args.occurrence))
+    except IngestClientError as error:
+        return _fail("show", error)
+    if args.json:
+        print(json.dumps(occurrence, ensure_ascii=False, indent=2))
+        return 0
+    width = max(len(label) for _, label in _SHOW_FIELDS)
+    for key, label in _SHOW_FIELDS:
+        value = occurrence.get(key)
+        if isinstance(value, bool):
+            text = "yes" if value else "no (seen over OTLP only: no exchanges)"
+        else:
+            text = "-" if value is None else str(value)
+        print(f"{label.ljust(width)}  {text}")
+    if occurrence.get("capsuleAvailable"):
+        print(f"\npull it: reproit-otel pull {occurrence.get('id')} -o capsule.json")
+    return 0
+
+
+def run_pull(args: argparse.Namespace) -> int:
+    """Execute ``pull``."""
+    client = _client(args)
+    try:
+        capsule = client.get(_occurrence_path(args.occurrence) + "/capsule")
+    except IngestClientError as error:
+        return _fail("pull", error)
+    if args.output:
+        Path(args.output).write_bytes(capsule)
+        print(f"wrote {args.output} ({len(capsule)} bytes)", file=sys.stderr)
+    else:
+        sys.stdout.buffer.write(capsule)
+        sys.stdout.flush()
+    return 0

@@ -1,0 +1,329 @@
+"""The ingest HTTP API, a Starlette application (served by uvicorn, see ``reproit-otel serve``).
+
+Routes (every ``/v1`` route needs ``Authorization: Bearer <key>``):
+
+``POST /v1/capture-batches``
+    A ``capture-batch-v1`` as JSON (``content-encoding: gzip`` accepted). Answers ``202``
+    ``{"accepted": true, "occurrenceId": ..., "duplicate": false, "warnings": [...]}``;
+    ``401`` without a valid key; ``413`` over ``max_body_bytes`` (before or after
+    decompression); ``400`` when the body is not JSON, breaks a rule of PROTOCOL section 5.8
+    or carries no signed failure observation (:mod:`reproit_otel.ingest.batch_check`).
+    Every refusal is ``{"error": {"rule": ..., "field": ..., "message": ...}}``; a refused
+    batch also gets ``"problems"``, every rule it breaks.
+``GET /v1/occurrences?operation=&status=&project=&limit=&offset=``
+    ``{"occurrences": [...], "total": N, "limit": L, "offset": O, "nextOffset": O2 | null}``,
+    most recently seen first (``limit`` 1..500, default 50).
+``GET /v1/occurrences/{id}``
+    One occurrence, ``404`` when unknown.
+``GET /v1/occurrences/{id}/capsule``
+    The section 5.9 projection of the occurrence's latest batch, as canonical JSON (the capsule
+    file encoding of section 5.10). ``409`` for an occurrence only seen over OTLP (it carries
+    no exchanges), ``422`` when the batch projects to nothing.
+``POST /v1/traces``
+    OTLP/HTTP protobuf (gzip or not); failing server spans become occurrences
+    (:mod:`reproit_otel.ingest.otlp`). Answers an empty ``ExportTraceServiceResponse``.
+``GET /healthz``
+    ``{"status": "ok"}``, without a key, for probes.
+
+Keys: with an empty key set the ingest is open (a developer's laptop: every request is
+accepted, with or without a bearer token); give keys for anything shared. Store calls are
+synchronous and run in the thread pool.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import zlib
+from collections.abc import Callable, Collection
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from reproit_otel.ingest.accesslog import AccessLogMiddleware
+from reproit_otel.ingest.batch_check import check_batch, problem_json
+from reproit_otel.ingest.facts import UnsignedBatchError, batch_facts
+from reproit_otel.ingest.otlp import OtlpDecodeError, decode_request, failing_server_spans
+from reproit_otel.ingest.store import MAX_PAGE, Store
+from reproit_otel.wire.canonical import canonical_json
+from reproit_otel.wire.capsule import capsule_bytes, capsule_from_batch
+
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+
+Handler = Callable[[Request], Any]
+
+
+class _Refused(Exception):
+    def __init__(
+        self,
+        status: int,
+        rule: str,
+        field: str,
+        message: str,
+        *,
+        problems: list[dict[str, str]] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.problems = problems
+        self.status = status
+        self.rule = rule
+        self.field = field
+        self.message = message
+
+    def response(self) -> JSONResponse:
+        headers = {"www-authenticate": "Bearer"} if self.status == 401 else None
+        body: dict[str, Any] = {
+            "error": {"rule": self.rule, "field": self.field, "message": self.message}
+        }
+        if self.problems is not None:
+            body["problems"] = self.problems
+        return JSONResponse(body, status_code=self.status, headers=headers)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+class IngestApp:
+    """The route handlers bound to one store, key set and body limit."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        api_keys: Collection[str] = (),
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    ) -> None:
+        self.store = store
+        self.api_keys = tuple(api_keys)
+        self.max_body_bytes = max_body_bytes
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _authorize(self, request: Request) -> None:
+        if not self.api_keys:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise _Refused(
+                401, "auth", "authorization", "send the ingest key as 'Authorization: Bearer KEY'"
+            )
+        if not any(hmac.compare_digest(token.encode(), key.encode()) for key in self.api_keys):
+            raise _Refused(401, "auth", "authorization", "the bearer key is not accepted here")
+
+    def _too_large(self, where: str) -> _Refused:
+        return _Refused(
+            413, "body-size", "body", f"the {where} exceeds {self.max_body_bytes} bytes"
+        )
+
+    async def _body(self, request: Request) -> bytes:
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > self.max_body_bytes:
+            raise self._too_large("body")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise self._too_large("body")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _decompress(self, body: bytes, encoding: str | None) -> bytes:
+        encoding = (encoding or "").strip().lower()
+        if encoding in ("", "identity"):
+            return body
+        if encoding != "gzip":
+            raise _Refused(
+                400, "content-encoding", "content-encoding", f"unsupported encoding {encoding!r}"
+            )
+        try:
+            decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+            data = decompressor.decompress(body, self.max_body_bytes + 1)
+        except zlib.error as error:
+            raise _Refused(400, "gzip", "body", f"the gzip body is broken: {error}") from error
+        if len(data) > self.max_body_bytes:
+            raise self._too_large("decompressed body")
+        return data
+
+    # -- routes ----------------------------------------------------------------------------
+
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def post_capture_batch(self, request: Request) -> Response:
+        self._authorize(request)
+        raw = self._decompress(await self._body(request), request.headers.get("content-encoding"))
+        try:
+            batch = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+        except (UnicodeDecodeError, ValueError) as error:
+            raise _Refused(400, "json", "body", f"the body is not UTF-8 JSON: {error}") from error
+        checked = check_batch(batch)
+        if checked.refused:
+            first = checked.refused[0]
+            raise _Refused(
+                400,
+                first.rule,
+                first.field,
+                first.message,
+                problems=[problem_json(problem) for problem in checked.refused],
+            )
+        try:
+            facts = batch_facts(batch)
+        except UnsignedBatchError as error:
+            raise _Refused(400, "observation", "events", str(error)) from error
+        body_text = canonical_json(batch)
+        result = await run_in_threadpool(self.store.record_batch, batch, facts, body=body_text)
+        return JSONResponse(
+            {
+                "accepted": True,
+                "occurrenceId": result.occurrence_id,
+                "duplicate": result.duplicate,
+                "warnings": [problem_json(problem) for problem in checked.warnings],
+            },
+            status_code=202,
+        )
+
+    async def post_traces(self, request: Request) -> Response:
+        self._authorize(request)
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if content_type != "application/x-protobuf":
+            return Response(
+                json.dumps(
+                    {
+                        "error": {
+                            "rule": "content-type",
+                            "field": "content-type",
+                            "message": "send OTLP traces as application/x-protobuf",
+                        }
+                    }
+                ),
+                status_code=415,
+                media_type="application/json",
+            )
+        raw = self._decompress(await self._body(request), request.headers.get("content-encoding"))
+        try:
+            otlp_request = decode_request(raw, None)
+        except OtlpDecodeError as error:
+            raise _Refused(400, "otlp", "body", str(error)) from error
+        for span in failing_server_spans(otlp_request):
+            await run_in_threadpool(
+                self.store.record_server_span,
+                span.facts,
+                trace_id=span.trace_id,
+                span_id=span.span_id,
+            )
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: PLC0415
+            ExportTraceServiceResponse,
+        )
+
+        return Response(
+            ExportTraceServiceResponse().SerializeToString(),
+            media_type="application/x-protobuf",
+        )
+
+    async def list_occurrences(self, request: Request) -> Response:
+        self._authorize(request)
+        query = request.query_params
+        status_text = query.get("status")
+        limit_text = query.get("limit", "50")
+        offset_text = query.get("offset", "0")
+        for name, text in (("status", status_text), ("limit", limit_text), ("offset", offset_text)):
+            if text is not None and not text.isdigit():
+                raise _Refused(400, "query", name, f"{name} must be a non-negative integer")
+        page = await run_in_threadpool(
+            lambda: self.store.list_occurrences(
+                operation=query.get("operation") or None,
+                status=None if status_text is None else int(status_text),
+                project_id=query.get("project") or None,
+                limit=min(MAX_PAGE, int(limit_text)),
+                offset=int(offset_text),
+            )
+        )
+        following = page.offset + len(page.items)
+        return JSONResponse(
+            {
+                "occurrences": [item.to_json() for item in page.items],
+                "total": page.total,
+                "limit": page.limit,
+                "offset": page.offset,
+                "nextOffset": following if following < page.total else None,
+            }
+        )
+
+    async def get_occurrence(self, request: Request) -> Response:
+        self._authorize(request)
+        occurrence_id = request.path_params["occurrence_id"]
+        occurrence = await run_in_threadpool(self.store.get_occurrence, occurrence_id)
+        if occurrence is None:
+            raise _Refused(404, "unknown-occurrence", "id", f"no occurrence {occurrence_id!r}")
+        return JSONResponse(occurrence.to_json())
+
+    async def get_capsule(self, request: Request) -> Response:
+        self._authorize(request)
+        occurrence_id = request.path_params["occurrence_id"]
+        occurrence = await run_in_threadpool(self.store.get_occurrence, occurrence_id)
+        if occurrence is None:
+            raise _Refused(404, "unknown-occurrence", "id", f"no occurrence {occurrence_id!r}")
+        batch = await run_in_threadpool(self.store.latest_batch, occurrence_id)
+        if batch is None:
+            raise _Refused(
+                409,
+                "no-exchanges",
+                "id",
+                f"occurrence {occurrence_id} was only seen as an OpenTelemetry span; it carries "
+                "no exchanges, so there is no capsule. Install reproit-otel in the service to "
+                "capture one.",
+            )
+        capsule = capsule_from_batch(batch)
+        if capsule is None:
+            raise _Refused(
+                422, "projection", "id", "the stored batch does not project to a capsule"
+            )
+        return Response(capsule_bytes(capsule), media_type="application/json")
+
+
+def _wrap(handler: Handler) -> Handler:
+    async def endpoint(request: Request) -> Response:
+        try:
+            response: Response = await handler(request)
+        except _Refused as refused:
+            return refused.response()
+        return response
+
+    return endpoint
+
+
+def create_app(
+    store: Store,
+    *,
+    api_keys: Collection[str] = (),
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> Starlette:
+    """The ingest ASGI application over ``store``."""
+    ingest = IngestApp(store, api_keys=api_keys, max_body_bytes=max_body_bytes)
+    routes = [
+        Route("/healthz", _wrap(ingest.healthz), methods=["GET"]),
+        Route("/v1/capture-batches", _wrap(ingest.post_capture_batch), methods=["POST"]),
+        Route("/v1/traces", _wrap(ingest.post_traces), methods=["POST"]),
+        Route("/v1/occurrences", _wrap(ingest.list_occurrences), methods=["GET"]),
+        Route("/v1/occurrences/{occurrence_id}", _wrap(ingest.get_occurrence), methods=["GET"]),
+        Route(
+            "/v1/occurrences/{occurrence_id}/capsule",
+            _wrap(ingest.get_capsule),
+            methods=["GET"],
+        ),
+    ]
+    app = Starlette(routes=routes, middleware=[Middleware(AccessLogMiddleware)])
+    app.state.ingest = ingest
+    return app
+
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "IngestApp", "create_app"]
