@@ -255,6 +255,11 @@ def test_batch_case(case: dict[str, Any]) -> None:
         return
     assert _config_usable(case["input"]["config"])
 
+    if "traceEvents" not in expect:
+        # The reference could not even begin the trace (a long operation, decision D7 keeps
+        # tracing it); it captured nothing.
+        assert expect["posted"] == []
+        return
     trace, steps = _trace(case)
     assert steps == expect["steps"]
     events = trace.events
@@ -271,6 +276,7 @@ def test_batch_case(case: dict[str, Any]) -> None:
         assert expect["posted"] == []
         return
 
+    # The builder is pure and independent of the D5 gate: it must still give Node's bytes.
     result = build_capture_result(
         _queued(events), config=_settings(case), environment=_environment(case)
     )
@@ -280,31 +286,72 @@ def test_batch_case(case: dict[str, Any]) -> None:
         == batch
     )
     assert validate_capture_batch(batch, portable=False) == []
-
-    if expect["posted"]:
-        bodies = {posted["body"] for posted in expect["posted"]}
-        assert len(bodies) == 1  # retries resend the same bytes
-        assert canonical_json(batch) == canonical_json(_with_d6_identities(bodies.pop()))
-        assert (result.dropped_effects, result.replaced_values) == (0, 0)
-        assert validate_capture_batch(batch) == []
-        capsule = capsule_from_batch(batch)
-        assert capsule is not None
-        assert capsule["events"] == _expected_capsule_events(events)
-        if _queued(events)["status"] is None and events[-1].get("status") is not None:
-            # The CLI reads a return status as u16 or null: such a capsule only replays.
-            with pytest.raises(CapsuleError, match=r"events\[\d+\]\.status"):
-                validate_capsule(capsule)
-            assert load_capsule(capsule_text(capsule), strict=False) == capsule
-        else:
-            assert validate_capsule(capsule) is capsule
-            assert load_capsule(capsule_text(capsule)) == capsule
-    else:
-        # Decision D3: the reference lost this operation (a captured value over 64 KiB aborted
-        # its batch); reproit-otel sends it with what had to be given up counted and flagged.
-        assert result.dropped_effects + result.replaced_values > 0
+    dropped, replaced = result.dropped_effects, result.replaced_values
+    if replaced or not expect["posted"]:
+        # Decision D3: the reference lost this operation or one of its events (a captured value
+        # over 64 KiB); reproit-otel sends it with what had to be given up counted and flagged.
+        assert dropped + replaced > 0
         partial = [c for c in batch["capabilities"] if c["completeness"] == "partial"]
         assert partial, batch["capabilities"]
-        assert all(c["detail"] for c in partial)
+        assert {c["capability"]: c["detail"] for c in partial} == result.partial
+        return
+
+    bodies = {posted["body"] for posted in expect["posted"]}
+    assert len(bodies) == 1  # retries resend the same bytes
+    expected = _with_d6_identities(bodies.pop())
+    kept_events = events
+    if dropped:
+        # Decision D3: the reference posted the whole trace; the 48 KiB payload bound drops the
+        # last effects and flags the capability they belong to.
+        expected = _without_last_effects(expected, dropped, result.partial)
+        effects = [e for e in events if e["kind"] == "effect"]
+        gone = {id(e) for e in effects[len(effects) - dropped :]}
+        kept_events = [e for e in events if id(e) not in gone]
+    assert canonical_json(batch) == canonical_json(expected)
+    if not dropped:
+        assert validate_capture_batch(batch) == []
+    capsule = capsule_from_batch(batch)
+    assert capsule is not None
+    assert capsule["events"] == _expected_capsule_events(kept_events)
+    assert len(capsule_bytes(capsule)) <= 49152
+    if _queued(events)["status"] is None and events[-1].get("status") is not None:
+        # The CLI reads a return status as u16 or null: such a capsule only replays.
+        with pytest.raises(CapsuleError, match=r"events\[\d+\]\.status"):
+            validate_capsule(capsule)
+        assert load_capsule(capsule_text(capsule), strict=False) == capsule
+    else:
+        assert validate_capsule(capsule) is capsule
+        assert load_capsule(capsule_text(capsule)) == capsule
+
+
+def _without_last_effects(
+    batch: dict[str, Any], count: int, partial: Mapping[str, str]
+) -> dict[str, Any]:
+    """A posted reference batch with its last ``count`` effect carriers removed (decision D3)."""
+    events = batch["events"]
+    end = next(
+        index
+        for index, event in enumerate(events)
+        if event["event"].get("subject") == "operation-return"
+        or event["event"]["kind"] == "operation-end"
+    )
+    kept = events[: end - count] + events[end:]
+    for index, event in enumerate(kept):
+        event["sequence"] = index + 1
+        event["id"] = f"evt_backend-python-otel_{index + 1}"
+        event["causalParentIds"] = [kept[index - 1]["id"]] if index else []
+    batch["events"] = kept
+    batch["capabilities"] = [
+        {
+            "capability": c["capability"],
+            "completeness": "partial",
+            "detail": partial[c["capability"]],
+        }
+        if c["capability"] in partial
+        else c
+        for c in batch["capabilities"]
+    ]
+    return batch
 
 
 # --- capturePayload ----------------------------------------------------------------------------
@@ -1042,3 +1089,18 @@ def test_replay_strength_accepts_minimal_events() -> None:
         validate_capsule(capsule)
     with pytest.raises(CapsuleError, match="not JSON"):
         load_capsule("{")
+
+
+def test_d3_drops_only_remove_effect_carriers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the bound the batch is the reference's; with it, only the last effects go."""
+    events = _capture_trace(lambda t: [_call(t, "x" * 8000, f"/p{i}") for i in range(9)])
+    bounded = build_capture_result(_queued(events), config=SETTINGS, environment=ENVIRONMENT)
+    import reproit_otel.wire.payload as payload_module
+
+    monkeypatch.setattr(payload_module, "MAX_CAPTURE_PAYLOAD_BYTES", 10**9)
+    unbounded = build_capture_result(_queued(events), config=SETTINGS, environment=ENVIRONMENT)
+    assert unbounded.dropped_effects == 0
+    assert bounded.dropped_effects > 0
+    assert bounded.batch == _without_last_effects(
+        copy.deepcopy(unbounded.batch), bounded.dropped_effects, bounded.partial
+    )
