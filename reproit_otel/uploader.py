@@ -184,6 +184,7 @@ class Uploader:
         self.settings = settings
         self._environment: EnvironmentFactory = environment or host_environment
         self._closed = False
+        self._exit_flushed = False
         self._reset_process_state()
         _live_uploaders.add(self)
         _register_exit_flush(self)
@@ -299,8 +300,14 @@ class Uploader:
             return copy
 
     def close(self, timeout: float | None = None) -> bool:
-        """Flush (bounded by ``timeout``, default the exit bound) and stop the thread."""
-        flushed = self.flush(self.settings.exit_flush_timeout_s if timeout is None else timeout)
+        """Flush (bounded by ``timeout``, default the exit bound) and stop the thread.
+
+        After the interpreter-exit flush has run, the flush is not attempted again, so a
+        tracer provider shut down at exit adds no second wait.
+        """
+        if timeout is None:
+            timeout = 0.0 if self._exit_flushed else self.settings.exit_flush_timeout_s
+        flushed = self.flush(timeout)
         with self._cond:
             self._closed = True
             self._stop.set()
@@ -310,8 +317,9 @@ class Uploader:
     shutdown = close
 
     def _exit_flush(self) -> None:
-        if os.getpid() != self._pid or self._closed:
+        if os.getpid() != self._pid or self._closed or self._exit_flushed:
             return
+        self._exit_flushed = True
         with self._cond:
             pending = bool(self._queue) or self._sending
         if pending:
