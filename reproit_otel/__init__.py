@@ -75,7 +75,58 @@ _EXPORTS: dict[str, str] = {
     "validate_capsule": "reproit_otel.wire.capsule",
 }
 
-__all__ = sorted([*_EXPORTS, "__version__"])
+__all__ = [
+    "AGENT_ORACLES",
+    "CAPTURE_FORMAT",
+    "CAPTURE_VERSION",
+    "ORACLE_MARKER_RESOURCE",
+    "PLACEHOLDER_KEY",
+    "SECRET_PARTS",
+    "SERVER_ERROR_ORACLE",
+    "UNSET",
+    "BackendTrace",
+    "CapsuleError",
+    "CaptureEnvironment",
+    "CaptureSettings",
+    "ConfigurationError",
+    "DivergedError",
+    "MissingFixtureError",
+    "ReplayRNG",
+    "ReplaySession",
+    "ReproitError",
+    "ServedResponse",
+    "StreamBoundaries",
+    "ToolCallError",
+    "TraceContext",
+    "TraceError",
+    "__version__",
+    "body_delta",
+    "bounded_body",
+    "bounded_headers",
+    "build_capture_batch",
+    "canonical_json",
+    "capsule_from_batch",
+    "capture_eligibility",
+    "capture_payload",
+    "http_input",
+    "identity",
+    "is_secret_key",
+    "load_capsule",
+    "marked_oracle",
+    "matches",
+    "operation_key",
+    "ordered_json",
+    "redact",
+    "redact_url",
+    "reset_sequence",
+    "scrub_secret_values",
+    "selection",
+    "serve_http",
+    "serve_pg",
+    "trace_context_from_headers",
+    "url_path_and_query",
+    "validate_capsule",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -91,7 +142,7 @@ def __dir__() -> list[str]:
     return __all__
 
 
-if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+if TYPE_CHECKING:  # pragma: no cover - static types of the lazily loaded names
     from reproit_otel.errors import (
         CapsuleError,
         ConfigurationError,
@@ -101,5 +152,71 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         ToolCallError,
         TraceError,
     )
-    from reproit_otel.wire._js import UNSET
-    from reproit_otel.wire.canonical import canonical_json, ordered_json
+    from reproit_otel.wire._js import (
+        UNSET,
+    )
+    from reproit_otel.wire.batch import (
+        CaptureEnvironment,
+        CaptureSettings,
+        build_capture_batch,
+        capture_eligibility,
+    )
+    from reproit_otel.wire.bounds import (
+        StreamBoundaries,
+        bounded_body,
+        bounded_headers,
+    )
+    from reproit_otel.wire.canonical import (
+        canonical_json,
+        ordered_json,
+    )
+    from reproit_otel.wire.capsule import (
+        CAPTURE_FORMAT,
+        CAPTURE_VERSION,
+        capsule_from_batch,
+        load_capsule,
+        validate_capsule,
+    )
+    from reproit_otel.wire.inputs import (
+        http_input,
+        selection,
+    )
+    from reproit_otel.wire.matching import (
+        body_delta,
+        matches,
+        operation_key,
+    )
+    from reproit_otel.wire.payload import (
+        capture_payload,
+    )
+    from reproit_otel.wire.redaction import (
+        PLACEHOLDER_KEY,
+        SECRET_PARTS,
+        is_secret_key,
+        redact,
+        redact_url,
+        scrub_secret_values,
+    )
+    from reproit_otel.wire.replay import (
+        ReplaySession,
+        ServedResponse,
+        serve_http,
+        serve_pg,
+    )
+    from reproit_otel.wire.rng import (
+        ReplayRNG,
+    )
+    from reproit_otel.wire.trace import (
+        AGENT_ORACLES,
+        ORACLE_MARKER_RESOURCE,
+        SERVER_ERROR_ORACLE,
+        BackendTrace,
+        TraceContext,
+        identity,
+        marked_oracle,
+        reset_sequence,
+        trace_context_from_headers,
+    )
+    from reproit_otel.wire.urls import (
+        url_path_and_query,
+    )

@@ -164,8 +164,10 @@ def classify_test_run(
     marker: dict[str, Any] | None = None
     for line in stderr_lines:
         payload = _parse_marker(line, CI_TEST_MARKER)
-        if payload and isinstance(payload.get("operation"), str) and isinstance(
-            payload.get("status"), str
+        if (
+            payload
+            and isinstance(payload.get("operation"), str)
+            and isinstance(payload.get("status"), str)
         ):
             marker = payload
             break
@@ -243,7 +245,10 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 def _run_test_check(
-    capsule: dict[str, Any], capsule_path: Path, command: str, echo: TextIO | None,
+    capsule: dict[str, Any],
+    capsule_path: Path,
+    command: str,
+    echo: TextIO | None,
     timeout: float,
 ) -> CheckResult:
     operation = str(capsule["operation"])
@@ -303,7 +308,7 @@ def recorded_request(capsule: Mapping[str, Any]) -> tuple[str, str, bytes | None
     """Method, path with query, and JSON body of the request that started the operation."""
     operation = str(capsule["operation"])
     method, _, path = operation.partition(" ")
-    start = next((e for e in capsule["events"] if e.get("kind") == "start"), {})
+    start: Any = next((e for e in capsule["events"] if e.get("kind") == "start"), {})
     request_input = start.get("input") if isinstance(start, dict) else None
     query: list[tuple[str, str]] = []
     body: bytes | None = None
@@ -343,7 +348,10 @@ def _has_exchange(capsule: Mapping[str, Any]) -> bool:
 
 
 def _run_hermetic_check(
-    capsule: dict[str, Any], capsule_path: Path, command: str, echo: TextIO | None,
+    capsule: dict[str, Any],
+    capsule_path: Path,
+    command: str,
+    echo: TextIO | None,
     boot_timeout: float,
 ) -> CheckResult:
     operation = str(capsule["operation"])
@@ -372,9 +380,7 @@ def _run_hermetic_check(
                 reason = f"the recorded request failed: {error}"
             time.sleep(STDERR_GRACE_S)
         else:
-            reason = (
-                f"the application did not answer HTTP on port {port} within {boot_timeout:g} s"
-            )
+            reason = f"the application did not answer HTTP on port {port} within {boot_timeout:g} s"
     finally:
         _stop(process)
         pump.join(5.0)
