@@ -17,9 +17,11 @@ def _section_10_names() -> set[str]:
             continue
         first_cell = row.split("|")[1]
         for code in re.findall(r"`([^`]+)`", first_cell):
-            match = re.match(r"(?:[A-Za-z_]+\.)?([A-Za-z_][A-Za-z0-9_]*)", code)
-            if match and " " not in code and not code.startswith("trace."):
-                names.add(code.split("(")[0].split(".")[0])
+            # `name(...)`, `Class.method(...)` or `Class`; skip `trace.x` methods and
+            # prose lists such as the TraceError codes.
+            match = re.match(r"([A-Za-z_][A-Za-z0-9_]*)(?:[.(]|$)", code)
+            if match and not code.startswith("trace."):
+                names.add(match.group(1))
     return names
 
 
