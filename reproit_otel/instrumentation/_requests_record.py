@@ -356,31 +356,45 @@ def _exhausted(raw: Any) -> bool:
     return not (decoder is not None and getattr(decoder, "has_unconsumed_tail", False))
 
 
+class _ReadState:
+    """Whether a read of the response is under way (urllib3 closes itself inside reads)."""
+
+    __slots__ = ("close_pending", "depth")
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.close_pending = False
+
+
 def _tap_raw(raw: Any, recording: _ResponseRecording) -> None:
     """Route the body reads of this one urllib3 response through ``recording``.
 
     Only instance attributes are set: the class, other responses and the bytes the
-    application receives stay exactly as they were.
+    application receives stay exactly as they were. A ``close()`` that urllib3 makes inside
+    a read (it does before raising a protocol error) is settled by that read, so the error is
+    recorded with the exchange.
     """
-    active = threading.local()
+    state = _ReadState()
+
+    def settle(data: bytes | None, amt: Any) -> None:
+        if data:
+            recording.add(data)
+        if state.close_pending or (not data and amt != 0) or _exhausted(raw):
+            recording.finish()
 
     def reading(method: Callable[..., Any]) -> Callable[..., Any]:
         def read(*args: Any, **kwargs: Any) -> Any:
-            if getattr(active, "depth", 0):  # a read inside a read: the outer one records
+            if state.depth:  # a read inside a read: the outer one records
                 return method(*args, **kwargs)
-            active.depth = 1
+            state.depth += 1
             try:
                 data = method(*args, **kwargs)
             except Exception as error:
                 recording.finish(error)
                 raise
             finally:
-                active.depth = 0
-            amt = args[0] if args else kwargs.get("amt")
-            if data:
-                recording.add(data)
-            if (not data and amt != 0) or _exhausted(raw):
-                recording.finish()
+                state.depth -= 1
+            settle(data, args[0] if args else kwargs.get("amt"))
             return data
 
         return read
@@ -389,16 +403,24 @@ def _tap_raw(raw: Any, recording: _ResponseRecording) -> None:
 
     def read_chunked(*args: Any, **kwargs: Any) -> Iterator[bytes]:
         assert original_chunked is not None
+        pieces = original_chunked(*args, **kwargs)
         try:
-            for piece in original_chunked(*args, **kwargs):
+            while True:
+                state.depth += 1
+                try:
+                    piece = next(pieces)
+                except StopIteration:
+                    break
+                except Exception as error:
+                    recording.finish(error)
+                    raise
+                finally:
+                    state.depth -= 1
                 if piece:
                     recording.add(piece)
                 yield piece
-        except GeneratorExit:
-            raise  # the reader stopped early: close() or garbage collection finishes
-        except Exception as error:
-            recording.finish(error)
-            raise
+        finally:
+            pieces.close()  # the reader stopped early: close() or garbage collection finishes
         recording.finish()
 
     original_close = raw.close
@@ -407,7 +429,10 @@ def _tap_raw(raw: Any, recording: _ResponseRecording) -> None:
         try:
             original_close()
         finally:
-            recording.finish()
+            if state.depth:
+                state.close_pending = True
+            else:
+                recording.finish()
 
     raw.read = reading(raw.read)
     if callable(getattr(raw, "read1", None)):

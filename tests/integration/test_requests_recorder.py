@@ -1,0 +1,445 @@
+"""The requests recorder against a real loopback upstream, through the real capture pipeline.
+
+Each test runs the application code inside a server operation (the reproit span processor on
+a real tracer provider), lets the recorder at ``HTTPAdapter.send`` see the calls, and asserts
+the whole effect events the operation ended with, plus what the application and the upstream
+saw (which must be exactly what they see without reproit).
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import io
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import requests
+import requests.adapters
+from opentelemetry.instrumentation.utils import suppress_instrumentation
+
+from reproit_otel.instrumentation.requests import (
+    install_recorder,
+    recorder_installed,
+    uninstall_recorder,
+)
+from tests.integration.requests_helpers import (
+    Capture,
+    capturing,
+    effects,
+    sent_headers,
+    upstream_headers,
+)
+from tests.integration.upstream import (
+    BIG_BODY,
+    SLOW_CHUNKS,
+    SSE_EVENTS,
+    Upstream,
+    closed_port,
+)
+
+
+@pytest.fixture
+def upstream() -> Iterator[Upstream]:
+    server = Upstream()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def capture() -> Iterator[Capture]:
+    with capturing() as active:
+        yield active
+
+
+def call(resource: str, key: str, request: dict[str, Any], response: dict[str, Any]) -> Any:
+    return {
+        "effect": "call",
+        "resource": resource,
+        "key": key,
+        "exchange": {"protocol": "http", "request": request, "response": response},
+    }
+
+
+def test_json_call_is_recorded_whole(upstream: Upstream, capture: Capture) -> None:
+    seen, events = capture.operation(lambda: requests.get(upstream.base + "/json").json())
+    assert seen == {"rate": 1.5, "currency": "EUR"}
+    assert effects(events) == [
+        call(
+            f"127.0.0.1:{upstream.port}",
+            "GET /json",
+            {"method": "GET", "url": upstream.base + "/json", "headers": sent_headers()},
+            {
+                "status": 200,
+                "headers": upstream_headers(
+                    **{
+                        "content-length": "29",
+                        "content-type": "application/json",
+                        "x-upstream": "json",
+                    }
+                ),
+                "body": {"rate": 1.5, "currency": "EUR"},
+            },
+        )
+    ]
+    assert events[-1]["effectsComplete"] is True
+
+
+def test_text_binary_and_failing_responses(upstream: Upstream, capture: Capture) -> None:
+    def app() -> list[Any]:
+        text = requests.get(upstream.base + "/text")
+        binary = requests.get(upstream.base + "/binary")
+        failed = requests.get(upstream.base + "/fail")
+        return [text.text, binary.content, failed.status_code, failed.json()]
+
+    seen, events = capture.operation(app)
+    assert seen == ["grüße, world", b"\xff\x00binary\x80", 500, {"error": "boom"}]
+    assert [effect["exchange"]["response"] for effect in effects(events)] == [
+        {
+            "status": 200,
+            "headers": upstream_headers(
+                **{"content-length": "14", "content-type": "text/plain; charset=utf-8"}
+            ),
+            "body": "grüße, world",
+        },
+        {
+            "status": 200,
+            "headers": upstream_headers(
+                **{"content-length": "9", "content-type": "application/octet-stream"}
+            ),
+            "body": "\ufffd\x00binary\ufffd",
+        },
+        {
+            "status": 500,
+            "headers": upstream_headers(
+                **{"content-length": "16", "content-type": "application/json"}
+            ),
+            "body": {"error": "boom"},
+        },
+    ]
+
+
+class Unseekable(io.RawIOBase):
+    """A file object that cannot seek (like a pipe)."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__()
+        self._data = io.BytesIO(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def readinto(self, buffer: Any) -> int:
+        chunk = self._data.read(len(buffer))
+        buffer[: len(chunk)] = chunk
+        return len(chunk)
+
+
+def test_request_bodies_are_recorded_and_still_sent_whole(
+    upstream: Upstream, capture: Capture, tmp_path: Any
+) -> None:
+    upload = tmp_path / "upload.txt"
+    upload.write_bytes(b"file body")
+
+    def generator() -> Iterator[bytes]:
+        yield b"gen-"
+        yield b"erated"
+
+    def post_file(url: str) -> bytes:
+        with upload.open("rb") as handle:
+            handle.read(5)  # the server must receive the file from where the app left it
+            echoed = requests.post(url, data=handle).content
+            assert handle.read() == b""  # requests itself read it to the end, as always
+        return echoed
+
+    def app() -> list[bytes]:
+        echo = upstream.base + "/echo"
+        return [
+            requests.post(echo, json={"q": "hello", "n": [1, 2]}).content,
+            requests.post(echo, data={"a": "1", "b": "x y"}).content,
+            requests.post(echo, data="plain text é").content,
+            requests.post(echo, data=b"\x00\x01bytes").content,
+            requests.post(echo, data=generator()).content,
+            post_file(echo),
+            requests.post(echo, data=Unseekable(b"pipe data")).content,
+        ]
+
+    seen, events = capture.operation(app)
+    sent = [
+        b'{"q": "hello", "n": [1, 2]}',
+        b"a=1&b=x+y",
+        "plain text é".encode(),
+        b"\x00\x01bytes",
+        b"gen-erated",
+        b"body",
+        b"pipe data",
+    ]
+    assert seen == sent
+    assert upstream.received == sent
+    requests_made = [effect["exchange"]["request"] for effect in effects(events)]
+    echo = upstream.base + "/echo"
+    assert requests_made == [
+        {
+            "method": "POST",
+            "url": echo,
+            "headers": sent_headers(**{"content-length": "27", "content-type": "application/json"}),
+            "body": {"q": "hello", "n": [1, 2]},
+        },
+        {
+            "method": "POST",
+            "url": echo,
+            "headers": sent_headers(
+                **{
+                    "content-length": "9",
+                    "content-type": "application/x-www-form-urlencoded",
+                }
+            ),
+            "body": "a=1&b=x+y",
+        },
+        {
+            "method": "POST",
+            "url": echo,
+            "headers": sent_headers(**{"content-length": "13"}),
+            "body": "plain text é",
+        },
+        {
+            "method": "POST",
+            "url": echo,
+            "headers": sent_headers(**{"content-length": "7"}),
+            "body": "\x00\x01bytes",
+        },
+        {
+            "method": "POST",
+            "url": echo,
+            "headers": sent_headers(**{"transfer-encoding": "chunked"}),
+            "body": "gen-erated",
+        },
+        {
+            "method": "POST",
+            "url": echo,
+            "headers": sent_headers(**{"content-length": "4"}),
+            "body": "body",
+        },
+        {
+            "method": "POST",
+            "url": echo,
+            "headers": sent_headers(**{"transfer-encoding": "chunked"}),
+            "body": "pipe data",
+        },
+    ]
+
+
+def test_streamed_event_stream_is_recorded_as_the_app_reads_it(
+    upstream: Upstream, capture: Capture
+) -> None:
+    def app() -> list[bytes]:
+        with requests.get(upstream.base + "/sse", stream=True) as response:
+            return list(response.iter_content(None))
+
+    seen, events = capture.operation(app)
+    assert seen == list(SSE_EVENTS)
+    body = b"".join(SSE_EVENTS).decode()
+    assert effects(events)[0]["exchange"]["response"] == {
+        "status": 200,
+        "headers": upstream_headers(
+            **{"content-type": "text/event-stream", "transfer-encoding": "chunked"}
+        ),
+        "body": body,
+        "stream": {"chunks": [len(event) for event in SSE_EVENTS]},
+    }
+
+
+def test_iter_lines_of_a_slow_chunked_body(upstream: Upstream, capture: Capture) -> None:
+    def app() -> list[bytes]:
+        response = requests.get(upstream.base + "/slow", stream=True)
+        return list(response.iter_lines())
+
+    seen, events = capture.operation(app)
+    assert seen == [b"one", b"two", b"three"]
+    response = effects(events)[0]["exchange"]["response"]
+    assert response["body"] == "one\ntwo\nthree\n"
+    assert response["stream"] == {"chunks": [len(chunk) for chunk in SLOW_CHUNKS]}
+
+
+def test_abandoned_stream_is_recorded_when_closed(upstream: Upstream, capture: Capture) -> None:
+    def app() -> tuple[bytes, int]:
+        response = requests.get(upstream.base + "/slow", stream=True)
+        first = next(response.iter_content(None))
+        pending = len(effects(capture.sink.traces[-1].events)) if capture.sink.traces else 0
+        response.close()
+        return first, pending
+
+    (first, pending), events = capture.operation(app)
+    assert (first, pending) == (b"one\n", 0)
+    assert effects(events)[0]["exchange"]["response"] == {
+        "status": 200,
+        "headers": upstream_headers(
+            **{"content-type": "text/plain", "transfer-encoding": "chunked"}
+        ),
+        "body": "one\n",
+    }
+
+
+def test_unread_stream_is_recorded_when_collected(upstream: Upstream, capture: Capture) -> None:
+    def app() -> int:
+        response = requests.get(upstream.base + "/json", stream=True)
+        status = response.status_code
+        del response
+        gc.collect()
+        return status
+
+    status, events = capture.operation(app)
+    assert status == 200
+    assert "body" not in effects(events)[0]["exchange"]["response"]
+    assert events[-1]["effectsComplete"] is True
+
+
+def test_large_body_keeps_only_its_identity(upstream: Upstream, capture: Capture) -> None:
+    seen, events = capture.operation(lambda: requests.get(upstream.base + "/big").content)
+    assert seen == BIG_BODY
+    assert effects(events)[0]["exchange"]["response"] == {
+        "status": 200,
+        "headers": upstream_headers(**{"content-length": "10000", "content-type": "text/plain"}),
+        "bodyBytes": 10000,
+        "bodySha256": hashlib.sha256(BIG_BODY).hexdigest(),
+        "truncated": True,
+    }
+
+
+def test_compressed_body_is_recorded_as_the_app_reads_it(
+    upstream: Upstream, capture: Capture
+) -> None:
+    seen, events = capture.operation(lambda: requests.get(upstream.base + "/gzip").json())
+    assert seen == {"zipped": True}
+    response = effects(events)[0]["exchange"]["response"]
+    assert response["body"] == {"zipped": True}
+    assert response["headers"]["content-encoding"] == "gzip"
+
+
+def test_connection_refused_is_recorded_then_raised_unchanged(capture: Capture) -> None:
+    url = f"http://127.0.0.1:{closed_port()}/rates?token=t0ps3cret"
+
+    def app() -> BaseException:
+        with pytest.raises(requests.exceptions.ConnectionError) as raised:
+            requests.get(url)
+        return raised.value
+
+    error, events = capture.operation(app)
+    assert type(error) is requests.exceptions.ConnectionError
+    redacted = url.replace("t0ps3cret", "$reproit")
+    [effect] = effects(events)
+    assert effect == call(
+        redacted.split("/")[2],
+        "GET /rates?token=$reproit",
+        {"method": "GET", "url": redacted, "headers": sent_headers()},
+        {
+            "error": {
+                "type": "requests.exceptions.ConnectionError",
+                "message": str(error),
+            }
+        },
+    )
+
+
+def test_read_timeout_is_recorded(upstream: Upstream, capture: Capture) -> None:
+    def app() -> BaseException:
+        with pytest.raises(requests.exceptions.ReadTimeout) as raised:
+            requests.get(upstream.base + "/sleep", timeout=0.2)
+        return raised.value
+
+    error, events = capture.operation(app)
+    assert effects(events)[0]["exchange"]["response"] == {
+        "error": {"type": "requests.exceptions.ReadTimeout", "message": str(error)}
+    }
+
+
+def test_connection_cut_mid_body(upstream: Upstream, capture: Capture) -> None:
+    def app() -> BaseException:
+        with pytest.raises(requests.exceptions.ChunkedEncodingError) as raised:
+            requests.get(upstream.base + "/cut")
+        return raised.value
+
+    error, events = capture.operation(app)
+    response = effects(events)[0]["exchange"]["response"]
+    cause = error.args[0]
+    assert response == {
+        "status": 200,
+        "headers": upstream_headers(
+            **{"content-type": "text/plain", "transfer-encoding": "chunked"}
+        ),
+        "body": "partial",
+        "error": {"type": f"urllib3.exceptions.{type(cause).__qualname__}", "message": str(cause)},
+    }
+
+
+def test_secrets_in_query_and_headers_are_redacted(upstream: Upstream, capture: Capture) -> None:
+    url = upstream.base + "/query?page=2&api_key=k-123456&token=abc"
+
+    def app() -> Any:
+        return requests.get(url, headers={"Authorization": "Bearer sk_live_1"}).json()
+
+    seen, events = capture.operation(app)
+    assert seen == {"query": "page=2&api_key=k-123456&token=abc"}
+    [effect] = effects(events)
+    assert effect["key"] == "GET /query?page=2&api_key=$reproit&token=$reproit"
+    request = effect["exchange"]["request"]
+    assert request["url"] == upstream.base + "/query?page=2&api_key=$reproit&token=$reproit"
+    assert request["headers"]["authorization"] == {
+        "$reproit": {"redacted": True, "type": "string", "length": 16}
+    }
+
+
+def test_password_in_user_info_is_never_recorded(upstream: Upstream, capture: Capture) -> None:
+    url = f"http://ada:hunter2@127.0.0.1:{upstream.port}/json"
+    _, events = capture.operation(lambda: requests.get(url).status_code)
+    [effect] = effects(events)
+    assert effect["exchange"]["request"]["url"] == f"http://ada@127.0.0.1:{upstream.port}/json"
+    assert "hunter2" not in json.dumps(events)
+
+
+def test_own_traffic_and_calls_outside_operations_are_not_recorded(
+    upstream: Upstream, capture: Capture
+) -> None:
+    assert requests.get(upstream.base + "/json").status_code == 200  # no operation
+
+    def app() -> int:
+        with suppress_instrumentation():
+            return requests.get(upstream.base + "/json").status_code
+
+    status, events = capture.operation(app)
+    assert status == 200
+    assert effects(events) == []
+
+
+def test_install_is_idempotent_and_uninstall_restores_exactly() -> None:
+    original = requests.adapters.HTTPAdapter.__dict__["send"]
+    install_recorder()
+    patched = requests.adapters.HTTPAdapter.__dict__["send"]
+    install_recorder()
+    assert requests.adapters.HTTPAdapter.__dict__["send"] is patched is not original
+    assert recorder_installed()
+    uninstall_recorder()
+    uninstall_recorder()
+    assert requests.adapters.HTTPAdapter.__dict__["send"] is original
+    assert not recorder_installed()
+
+
+def test_a_defect_in_the_recorder_never_breaks_the_call(
+    upstream: Upstream, capture: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from reproit_otel.instrumentation import _requests_record
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("recorder defect")
+
+    monkeypatch.setattr(_requests_record, "bounded_headers", broken)
+    monkeypatch.delenv("REPROIT_STRICT_INTERNAL")
+    seen, events = capture.operation(lambda: requests.get(upstream.base + "/json").json())
+    assert seen == {"rate": 1.5, "currency": "EUR"}
+    assert effects(events) == []
+    assert events[-1]["effectsComplete"] is False
