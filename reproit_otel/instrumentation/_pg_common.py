@@ -1,0 +1,112 @@
+"""What the psycopg2 recorder and the psycopg2 replay agree on: statement text and result shape.
+
+Both sides must turn one application call into the same ``request`` (so a replay matches the
+recording) and read the same ``response`` fields:
+
+* ``statement_text``: the statement as the application passed it (``str``; ``bytes`` decoded
+  as UTF-8; a :mod:`psycopg2.sql` composition rendered). The parameters are NOT merged into
+  the text: they travel as ``values``, so matching compares them structurally and redaction
+  can see them. (``cursor.query``, the merged text psycopg2 sent, is not recorded.)
+* ``callproc_text``: ``callproc("f", [a, b])`` is recorded as the statement
+  ``SELECT * FROM f(%s,%s)`` (named parameters: ``SELECT * FROM f(a:=%(a)s)``), the shape
+  psycopg2 itself sends, with the parameters as ``values``.
+* ``effect_kind``: ``read`` when the statement starts with ``SELECT`` or ``SHOW`` after leading
+  whitespace (first 8 characters uppercased), else ``write`` (PROTOCOL 4.4).
+* ``effect_key``: the statement cut to 256 UTF-16 units, as the reference cuts it.
+* A ``columns`` entry per result column is ``[name, type_code, display_size, internal_size,
+  precision, scale, null_ok, table_oid, table_column]`` (``cursor.description``); ``null`` when
+  the statement returned no result set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from reproit_otel.wire._js import js_trim
+
+__all__ = [
+    "LIBRARY",
+    "RESOURCE",
+    "TRUNCATED_MESSAGE",
+    "callproc_text",
+    "column_entry",
+    "effect_key",
+    "effect_kind",
+    "error_type_name",
+    "statement_text",
+]
+
+LIBRARY: Final = "psycopg2"
+"""The library name exchanges are started with."""
+
+RESOURCE: Final = "pg"
+"""The effect ``resource`` of every SQL exchange (PROTOCOL 4.4)."""
+
+TRUNCATED_MESSAGE: Final = (
+    "reproit: the recorded pg result was truncated at capture (more than 64 rows), "
+    "so replay fails closed instead of serving a partial result"
+)
+"""The :class:`~reproit_otel.errors.DivergedError` message of a truncated recorded result."""
+
+_KEY_UNITS = 256
+
+
+def statement_text(query: Any, render: Any = None) -> str:
+    """The text of a statement as the application passed it.
+
+    ``render`` turns a :mod:`psycopg2.sql` ``Composable`` into text (``as_string`` with the
+    live cursor when recording, an offline renderer in replay).
+    """
+    if isinstance(query, str):
+        return query
+    if isinstance(query, (bytes, bytearray, memoryview)):
+        return bytes(query).decode("utf-8", "replace")
+    if render is not None:
+        return str(render(query))
+    return str(query)
+
+
+def callproc_text(procname: str, parameters: Any) -> str:
+    """The statement a ``callproc`` call is recorded as (see the module docstring)."""
+    if isinstance(parameters, Mapping):
+        inner = ",".join(f"{name}:=%({name})s" for name in parameters)
+    elif isinstance(parameters, Sequence) and not isinstance(parameters, (str, bytes)):
+        inner = ",".join("%s" for _ in parameters)
+    else:
+        inner = ""
+    return f"SELECT * FROM {procname}({inner})"
+
+
+def effect_kind(text: str) -> str:
+    """``read`` for ``SELECT``/``SHOW`` statements, else ``write`` (PROTOCOL 4.4)."""
+    head = js_trim(text)[:8].upper()
+    return "read" if head.startswith(("SELECT", "SHOW")) else "write"
+
+
+def effect_key(text: str) -> str:
+    """The statement cut to 256 UTF-16 code units (a split pair keeps its high surrogate)."""
+    units = 0
+    for index, char in enumerate(text):
+        width = 2 if ord(char) > 0xFFFF else 1
+        if units + width > _KEY_UNITS:
+            if width == 2 and units < _KEY_UNITS:
+                high = 0xD800 + ((ord(char) - 0x10000) >> 10)
+                return text[:index] + chr(high)
+            return text[:index]
+        units += width
+    return text
+
+
+def column_entry(column: Any) -> list[Any]:
+    """The recorded form of one ``cursor.description`` column."""
+    entry = list(column)
+    entry.append(getattr(column, "table_oid", None))
+    entry.append(getattr(column, "table_column", None))
+    return entry
+
+
+def error_type_name(error: BaseException) -> str:
+    """``module.QualifiedName`` of an exception class, as recorded in ``error.type``."""
+    cls = type(error)
+    return f"{cls.__module__}.{cls.__qualname__}"

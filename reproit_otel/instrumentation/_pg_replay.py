@@ -1,0 +1,703 @@
+"""The replay half of the psycopg2 instrumentation: a connection that never reaches a server.
+
+``psycopg2.connect`` (through ``psycopg2._connect``, the seam the recorder uses) returns a
+:class:`StubConnection`; its cursors are :class:`StubCursor`. Both are pure Python stand-ins
+for psycopg2's C types, answering every statement from the active replay session.
+
+The application's own classes keep working: a ``connection_factory`` (``DictConnection``,
+``LoggingConnection``, yours) or ``cursor_factory`` (``RealDictCursor``, ``DictCursor``,
+``NamedTupleCursor``, yours, OpenTelemetry's traced cursor) is *rebuilt* on top of the stub:
+each Python class in its hierarchy is copied with the C base replaced by the stub (functions
+re-bound so a zero-argument ``super()`` works), so its row conversions, its ``execute``
+overrides and the OpenTelemetry span all run as in the live run. The copy is a different
+class object: ``isinstance(cursor, RealDictCursor)`` is false in replay.
+
+Rows are built as the C cursor builds them (``row_factory(cursor)`` then ``row[i] = value``),
+except that a ``RealDictRow`` factory, which only accepts a real C cursor, is filled by column
+name. A named cursor shows its ``description`` from the first fetch, as a live one does.
+
+Served results: ``statusmessage`` is the recorded command tag, ``rowcount`` the recorded row
+count (for a named cursor, the rows fetched so far), ``description`` the recorded columns, and
+rows come back with the recorded Python types. A recorded error is raised as the same
+psycopg2 class (``psycopg2.errors.lookup(pgcode)`` or the recorded class name) with its
+``pgcode`` and ``pgerror`` (``diag`` is empty). A call the recording does not hold raises
+:class:`~reproit_otel.errors.DivergedError` after its ``REPROIT:DIVERGENCE`` line was written,
+and so does a result truncated at capture (more than 64 rows: the missing rows are unknown,
+so replay fails closed, as it does for a truncated HTTP body). ``copy_*`` and large objects
+cannot be replayed and diverge. Transactions (``commit``, ``rollback``, ``autocommit``,
+``with conn:``) are accepted and do nothing.
+"""
+
+from __future__ import annotations
+
+import builtins
+import types
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import psycopg2
+from psycopg2 import errors as _errors
+from psycopg2 import extensions as _ext
+from psycopg2 import extras as _extras
+
+from reproit_otel.errors import DivergedError
+from reproit_otel.instrumentation import _pg_offline as offline
+from reproit_otel.instrumentation._pg_common import (
+    TRUNCATED_MESSAGE,
+    callproc_text,
+    statement_text,
+)
+from reproit_otel.instrumentation._pg_record import RecordingConnection, RecordingCursor
+from reproit_otel.instrumentation._pg_values import column_keys, decode_value, encode_params
+from reproit_otel.replay.session import active_session, report_divergence
+from reproit_otel.wire._js import UNSET
+from reproit_otel.wire.replay import PG_DIVERGED_MESSAGE, ReplaySession, pg_probe
+
+__all__ = [
+    "SERVER_VERSION",
+    "StubConnection",
+    "StubCursor",
+    "is_stub",
+    "rebuild_error",
+    "replay_connection_class",
+    "replay_cursor_class",
+]
+
+SERVER_VERSION = 150000
+"""``server_version`` of a stub connection (the recording does not hold the server's)."""
+
+
+# ---------------------------------------------------------------------------- serving
+
+
+def _session() -> ReplaySession:
+    session = active_session()
+    if session is None:
+        raise DivergedError(
+            "reproit: psycopg2 is in replay mode but no replay session is active; "
+            "set REPROIT_REPLAY to a capsule or uninstrument the psycopg2 replay"
+        )
+    return session
+
+
+def _report(session: ReplaySession, line: str | None) -> None:
+    if line is not None and session.on_divergence is not report_divergence:
+        report_divergence(line)
+
+
+def _diverge(probe: dict[str, Any], message: str = PG_DIVERGED_MESSAGE) -> DivergedError:
+    session = _session()
+    probe = session.redact_probe("pg", probe)
+    line = session.diverge("pg", probe)
+    _report(session, line)
+    return DivergedError(message, line=line)
+
+
+def serve(text: str, values: Any) -> Mapping[str, Any]:
+    """The recorded response for a statement, or raise as the recording says."""
+    session = _session()
+    probe = session.redact_probe("pg", pg_probe(text, UNSET if values is None else values))
+    exchange, line = session._match("pg", probe)
+    if exchange is None:
+        _report(session, line)
+        raise DivergedError(PG_DIVERGED_MESSAGE, line=line)
+    response = exchange.get("response") if isinstance(exchange, Mapping) else None
+    if not isinstance(response, Mapping):
+        response = {}
+    if response.get("truncated") is True:
+        line = session.diverge("pg", {**probe, "truncated": True})
+        _report(session, line)
+        raise DivergedError(TRUNCATED_MESSAGE, line=line)
+    error = response.get("error")
+    if error:
+        raise rebuild_error(error if isinstance(error, Mapping) else {})
+    return response
+
+
+def _exception_classes(module: Any) -> dict[str, type[BaseException]]:
+    found: dict[str, type[BaseException]] = {}
+    for value in vars(module).values():
+        if isinstance(value, type) and issubclass(value, Exception):
+            found[f"{value.__module__}.{value.__qualname__}"] = value
+    return found
+
+
+# Only these classes are ever instantiated from a capsule.
+_ALLOWED: dict[str, type[BaseException]] = {
+    **_exception_classes(builtins),
+    **_exception_classes(psycopg2),
+    **_exception_classes(_errors),
+}
+
+
+def rebuild_error(fields: Mapping[str, Any]) -> BaseException:
+    """The exception a recorded ``error`` stands for, with its ``pgcode`` and ``pgerror``."""
+    message = fields.get("message")
+    message = "recorded pg error" if message is None else str(message)
+    code = fields.get("code")
+    cls: type[BaseException] | None = _ALLOWED.get(str(fields.get("type")))
+    if cls is None and isinstance(code, str) and code:
+        try:
+            cls = _errors.lookup(code)
+        except KeyError:
+            cls = None
+    if cls is None:
+        cls = psycopg2.DatabaseError
+    error = cls(message)
+    if isinstance(error, psycopg2.Error):
+        pgerror = fields.get("pgerror")
+        restorable: Any = error  # the C Error sets pgcode/pgerror only through __setstate__
+        restorable.__setstate__(
+            {
+                "pgcode": code if isinstance(code, str) else None,
+                "pgerror": pgerror if isinstance(pgerror, str) else None,
+            }
+        )
+    return error
+
+
+# ---------------------------------------------------------------------------- the stubs
+
+
+class _Info:
+    """``connection.info`` of a stub connection (from the DSN; nothing is asked of a server)."""
+
+    def __init__(self, params: Mapping[str, str]) -> None:
+        self.dbname = params.get("dbname")
+        self.user = params.get("user")
+        self.host = params.get("host")
+        port = params.get("port")
+        self.port = int(port) if port and port.isdigit() else 5432
+        self.password = None
+        self.options = params.get("options")
+        self.dsn_parameters = {k: v for k, v in params.items() if k != "password"}
+        self.status = _ext.STATUS_READY
+        self.transaction_status = _ext.TRANSACTION_STATUS_IDLE
+        self.server_version = SERVER_VERSION
+        self.protocol_version = 3
+        self.backend_pid = 0
+        self.error_message = None
+        self.socket = -1
+        self.ssl_in_use = False
+        self.needs_password = False
+        self.used_password = False
+
+    def parameter_status(self, name: str) -> str | None:
+        return _PARAMETERS.get(name)
+
+
+_PARAMETERS = {
+    "server_version": "15.0",
+    "client_encoding": "UTF8",
+    "server_encoding": "UTF8",
+    "standard_conforming_strings": "on",
+    "integer_datetimes": "on",
+    "DateStyle": "ISO, MDY",
+}
+
+
+def _parse_dsn(dsn: str) -> dict[str, str]:
+    try:
+        return dict(_ext.parse_dsn(dsn))
+    except Exception:  # an unparsable DSN still boots in replay
+        return {}
+
+
+class StubConnection:
+    """A psycopg2 ``connection`` stand-in that answers from the replay session."""
+
+    Error = psycopg2.Error
+    Warning = psycopg2.Warning
+    InterfaceError = psycopg2.InterfaceError
+    DatabaseError = psycopg2.DatabaseError
+    DataError = psycopg2.DataError
+    OperationalError = psycopg2.OperationalError
+    IntegrityError = psycopg2.IntegrityError
+    InternalError = psycopg2.InternalError
+    ProgrammingError = psycopg2.ProgrammingError
+    NotSupportedError = psycopg2.NotSupportedError
+
+    def __init__(self, dsn: str = "", *args: Any, **kwargs: Any) -> None:
+        params = _parse_dsn(dsn)
+        self.dsn = " ".join(
+            f"{key}={'xxx' if key == 'password' else value}" for key, value in params.items()
+        )
+        self.info = _Info(params)
+        self.closed = 0
+        self.autocommit = False
+        self.isolation_level: Any = None
+        self.readonly: Any = None
+        self.deferrable: Any = None
+        self.encoding = "UTF8"
+        self.status = _ext.STATUS_READY
+        self.cursor_factory: Any = None
+        self.notices: list[str] = []
+        self.notifies: list[Any] = []
+        self.string_types: dict[int, Any] = {}
+        self.binary_types: dict[int, Any] = {}
+        self.server_version = SERVER_VERSION
+        self.protocol_version = 3
+        self.async_ = 0
+        self.tpc_xid: Any = None
+
+    @property
+    def _async(self) -> int:
+        return self.async_
+
+    def _check(self) -> None:
+        if self.closed:
+            raise psycopg2.InterfaceError("connection already closed")
+
+    def cursor(
+        self,
+        name: Any = None,
+        cursor_factory: Any = None,
+        scrollable: Any = None,
+        withhold: bool = False,
+    ) -> Any:
+        """A replay cursor of the requested class."""
+        self._check()
+        cls = replay_cursor_class(cursor_factory or self.cursor_factory)
+        cur = cls(self, name) if name is not None else cls(self)
+        cur.scrollable = scrollable
+        cur.withhold = withhold
+        return cur
+
+    def commit(self) -> None:
+        """Accepted; nothing to commit."""
+        self._check()
+
+    def rollback(self) -> None:
+        """Accepted; nothing to roll back."""
+        self._check()
+
+    def close(self) -> None:
+        """Mark the connection closed."""
+        self.closed = 1
+
+    def __enter__(self) -> Any:
+        self._check()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.rollback()
+
+    def get_transaction_status(self) -> int:
+        return int(_ext.TRANSACTION_STATUS_IDLE)
+
+    def get_parameter_status(self, name: str) -> str | None:
+        return _PARAMETERS.get(name)
+
+    def get_dsn_parameters(self) -> dict[str, str]:
+        return dict(self.info.dsn_parameters)
+
+    def get_backend_pid(self) -> int:
+        return 0
+
+    def get_native_connection(self) -> Any:
+        raise psycopg2.NotSupportedError("a replayed connection has no libpq connection")
+
+    def set_session(
+        self,
+        isolation_level: Any = None,
+        readonly: Any = None,
+        deferrable: Any = None,
+        autocommit: Any = None,
+    ) -> None:
+        if isolation_level is not None:
+            self.isolation_level = isolation_level
+        if readonly is not None:
+            self.readonly = readonly
+        if deferrable is not None:
+            self.deferrable = deferrable
+        if autocommit is not None:
+            self.autocommit = bool(autocommit)
+
+    def set_isolation_level(self, level: Any) -> None:
+        self.isolation_level = level
+        self.autocommit = level == _ext.ISOLATION_LEVEL_AUTOCOMMIT
+
+    def set_client_encoding(self, encoding: str) -> None:
+        self.encoding = encoding
+
+    def cancel(self) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass
+
+    def poll(self) -> int:
+        return int(_ext.POLL_OK)
+
+    def isexecuting(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        raise psycopg2.NotSupportedError("a replayed connection has no socket")
+
+    def lobject(self, *args: Any, **kwargs: Any) -> Any:
+        raise _diverge(pg_probe("lo_open"), "reproit: psycopg2 large objects cannot be replayed")
+
+    def xid(self, format_id: Any, gtrid: Any, bqual: Any) -> Any:
+        return (format_id, gtrid, bqual)
+
+    def tpc_begin(self, xid: Any) -> None:
+        self.tpc_xid = xid
+
+    def tpc_prepare(self) -> None:
+        pass
+
+    def tpc_commit(self, xid: Any = None) -> None:
+        self.tpc_xid = None
+
+    def tpc_rollback(self, xid: Any = None) -> None:
+        self.tpc_xid = None
+
+    def tpc_recover(self) -> list[Any]:
+        return []
+
+
+def _column(entry: Any) -> Any:
+    if not isinstance(entry, list):
+        return _ext.Column(name=str(entry))
+    fields = [*entry, *([None] * 9)][:9]
+    return _ext.Column(
+        name=fields[0],
+        type_code=fields[1],
+        display_size=fields[2],
+        internal_size=fields[3],
+        precision=fields[4],
+        scale=fields[5],
+        null_ok=fields[6],
+        table_oid=fields[7],
+        table_column=fields[8],
+    )
+
+
+class StubCursor:
+    """A psycopg2 ``cursor`` stand-in serving recorded results."""
+
+    def __init__(self, conn: Any, name: Any = None, *args: Any, **kwargs: Any) -> None:
+        self.connection = conn
+        self.name = name
+        self.arraysize = 1
+        self.itersize = 2000
+        self.closed = False
+        self.row_factory: Any = None
+        self.tzinfo_factory: Any = None
+        self.scrollable: Any = None
+        self.withhold = False
+        self.description: Any = None
+        self.rowcount = -1
+        self.rownumber = 0
+        self.statusmessage: Any = None
+        self.query: Any = None
+        self.lastrowid = 0
+        self.string_types: dict[int, Any] = {}
+        self.binary_types: dict[int, Any] = {}
+        self.pgresult_ptr = None
+        self._reproit_rows: list[tuple[Any, ...]] | None = None
+        self._reproit_columns: Any = None
+
+    # -- statements
+
+    def _check(self) -> None:
+        if self.closed:
+            raise psycopg2.InterfaceError("cursor already closed")
+        if getattr(self.connection, "closed", 0):
+            raise psycopg2.InterfaceError("connection already closed")
+
+    def _load(self, response: Mapping[str, Any]) -> None:
+        columns = response.get("columns", UNSET)
+        rows = response.get("rows")
+        raw_rows = rows if isinstance(rows, list) else []
+        if columns is UNSET:
+            # Recorded by another SDK: the column names are the keys of the first row.
+            first = raw_rows[0] if raw_rows and isinstance(raw_rows[0], Mapping) else None
+            columns = [[name] for name in first] if first is not None else None
+        description = None if columns is None else tuple(_column(c) for c in columns)
+        self.statusmessage = response.get("command")
+        count = response.get("rowCount")
+        self.rowcount = count if isinstance(count, int) else -1
+        self.rownumber = 0
+        if description is None:
+            self._reproit_rows = None
+            self._reproit_columns = None
+            self.description = None
+            return
+        keys = column_keys([column.name for column in description])
+        self._reproit_rows = [_decode_row(keys, row) for row in raw_rows]
+        if self.name is None:
+            self.description = description
+        else:
+            self._reproit_columns = description
+            self.description = None
+            self.rowcount = -1
+
+    def execute(self, query: Any, vars: Any = None) -> None:
+        """Serve the statement from the recording."""
+        self._check()
+        text = statement_text(query, offline.render)
+        values = None if vars is None else encode_params(vars)
+        self.query = _query_bytes(query, vars)
+        self._load(serve(text, values))
+
+    def executemany(self, query: Any, vars_list: Any) -> None:
+        """Serve the statement run once per parameter set (one recorded exchange)."""
+        self._check()
+        text = statement_text(query, offline.render)
+        self._load(serve(text, [encode_params(item) for item in vars_list]))
+        self._reproit_rows = None
+        self.description = None
+
+    def callproc(self, procname: Any, parameters: Any = None) -> Any:
+        """Serve a function call recorded as ``SELECT * FROM name(...)``."""
+        self._check()
+        text = callproc_text(str(procname), parameters)
+        self._load(serve(text, None if parameters is None else encode_params(parameters)))
+        return parameters
+
+    def mogrify(self, query: Any, vars: Any = None) -> bytes:
+        """The statement with its parameters merged, as psycopg2 would send it."""
+        self._check()
+        return offline.mogrify(query, vars)
+
+    def cast(self, oid: int, s: Any) -> Any:
+        return s
+
+    def nextset(self) -> None:
+        raise psycopg2.NotSupportedError("not supported by PostgreSQL")
+
+    def setinputsizes(self, sizes: Any) -> None:
+        pass
+
+    def setoutputsize(self, size: Any, column: Any = None) -> None:
+        pass
+
+    def copy_expert(self, sql: Any, file: Any, size: int = 8192) -> None:
+        raise _diverge(
+            pg_probe(statement_text(sql, offline.render)),
+            "reproit: psycopg2 COPY cannot be replayed",
+        )
+
+    def copy_from(self, file: Any, table: str, *args: Any, **kwargs: Any) -> None:
+        raise _diverge(
+            pg_probe(f"COPY {table} FROM stdin"), "reproit: psycopg2 COPY cannot be replayed"
+        )
+
+    def copy_to(self, file: Any, table: str, *args: Any, **kwargs: Any) -> None:
+        raise _diverge(
+            pg_probe(f"COPY {table} TO stdout"), "reproit: psycopg2 COPY cannot be replayed"
+        )
+
+    # -- fetching (what the C cursor does)
+
+    def _rows(self) -> list[tuple[Any, ...]]:
+        self._check()
+        rows = self._reproit_rows
+        if rows is None:
+            raise psycopg2.ProgrammingError("no results to fetch")
+        if self.description is None and self._reproit_columns is not None:
+            self.description = self._reproit_columns  # a named cursor: known from 1st fetch
+        return rows
+
+    def _take(self, count: int) -> list[Any]:
+        rows = self._rows()
+        start = self.rownumber
+        taken = rows[start : start + count]
+        self.rownumber = start + len(taken)
+        if self.name is not None:
+            self.rowcount = self.rownumber
+        return [_build_row(self, values) for values in taken]
+
+    def fetchone(self) -> Any:
+        """The next row, or ``None``."""
+        taken = self._take(1)
+        return taken[0] if taken else None
+
+    def fetchmany(self, size: Any = None) -> list[Any]:
+        """The next ``size`` rows (``arraysize`` by default)."""
+        return self._take(self.arraysize if size is None else int(size))
+
+    def fetchall(self) -> list[Any]:
+        """Every remaining row."""
+        rows = self._rows()
+        return self._take(len(rows))
+
+    def __iter__(self) -> Any:
+        return self
+
+    def __next__(self) -> Any:
+        row = StubCursor.fetchone(self)
+        if row is None:
+            raise StopIteration
+        return row
+
+    def scroll(self, value: int, mode: str = "relative") -> None:
+        """Move in the served result."""
+        rows = self._rows()
+        target = value if mode == "absolute" else self.rownumber + value
+        if mode not in ("relative", "absolute"):
+            raise psycopg2.ProgrammingError("scroll mode must be 'relative' or 'absolute'")
+        if target < 0 or target > len(rows) or (self.name is None and target >= len(rows)):
+            raise psycopg2.ProgrammingError("scroll destination out of bounds")
+        self.rownumber = target
+
+    def close(self) -> None:
+        """Mark the cursor closed."""
+        self.closed = True
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.close()
+
+
+def _decode_row(keys: list[str], row: Any) -> tuple[Any, ...]:
+    if isinstance(row, Mapping):
+        return tuple(decode_value(row.get(key)) for key in keys)
+    if isinstance(row, list):
+        return tuple(decode_value(value) for value in row)
+    return (decode_value(row),)
+
+
+def _build_row(cursor: Any, values: tuple[Any, ...]) -> Any:
+    factory = cursor.row_factory
+    if factory is None:
+        return values
+    if isinstance(factory, type) and issubclass(factory, _extras.RealDictRow):
+        # RealDictRow insists on a C cursor; fill it by column name as it would fill itself.
+        if cursor.description and not getattr(cursor, "column_mapping", None):
+            cursor._build_index()
+        names = getattr(cursor, "column_mapping", None) or [c.name for c in cursor.description]
+        row = factory()
+        for name, value in zip(names, values, strict=False):
+            row[name] = value
+        return row
+    row = factory(cursor)
+    for index, value in enumerate(values):
+        row[index] = value
+    return row
+
+
+def _query_bytes(query: Any, params: Any) -> bytes | None:
+    try:
+        return offline.mogrify(query, params)
+    except Exception:  # cursor.query is informational
+        text = statement_text(query, offline.render)
+        return text.encode("utf-8")
+
+
+def is_stub(scope: Any) -> bool:
+    """True for a stub connection or cursor (psycopg2's C functions refuse them)."""
+    return isinstance(scope, (StubConnection, StubCursor))
+
+
+# ---------------------------------------------------------------------------- transplant
+
+_cursor_classes: weakref.WeakKeyDictionary[type, type] = weakref.WeakKeyDictionary()
+_connection_classes: weakref.WeakKeyDictionary[type, type] = weakref.WeakKeyDictionary()
+_SKIPPED_ATTRS = frozenset(
+    {"__dict__", "__weakref__", "_reproit_recording_cursor", "_reproit_recording_connection"}
+)
+
+
+def replay_cursor_class(factory: Any) -> Any:
+    """The application's cursor class rebuilt on :class:`StubCursor`."""
+    return _transplant(factory, _ext.cursor, StubCursor, RecordingCursor, _cursor_classes)
+
+
+def replay_connection_class(factory: Any) -> Any:
+    """The application's connection class rebuilt on :class:`StubConnection`."""
+    return _transplant(
+        factory, _ext.connection, StubConnection, RecordingConnection, _connection_classes
+    )
+
+
+def _transplant(
+    cls: Any,
+    root: type,
+    stub: type,
+    layer: type,
+    cache: weakref.WeakKeyDictionary[type, type],
+) -> Any:
+    if cls is None or cls is root or cls is layer:
+        return stub
+    if isinstance(cls, type) and issubclass(cls, stub):
+        return cls
+    if not isinstance(cls, type) or not issubclass(cls, root):
+        raise psycopg2.ProgrammingError(
+            f"reproit replay cannot serve the factory {cls!r}: only subclasses of "
+            f"psycopg2.extensions.{root.__name__} can be replayed"
+        )
+    cached = cache.get(cls)
+    if cached is not None:
+        return cached
+    if not cls.__flags__ & (1 << 9):
+        raise psycopg2.ProgrammingError(
+            f"reproit replay cannot serve {cls.__module__}.{cls.__qualname__}: a C type "
+            "other than the base cursor/connection (replication?) is not replayable"
+        )
+    bases = tuple(
+        _transplant(base, root, stub, layer, cache) if issubclass(base, root) else base
+        for base in cls.__bases__
+    )
+    bases = tuple(dict.fromkeys(bases))  # a mixed-in layer and the root both become the stub
+    slots = cls.__dict__.get("__slots__", ())
+    slot_names = {slots} if isinstance(slots, str) else set(slots)
+    namespace = {
+        key: value
+        for key, value in cls.__dict__.items()
+        if key not in _SKIPPED_ATTRS and key not in slot_names
+    }
+    metaclass: Any = type(cls)
+    new = metaclass(cls.__name__, bases, namespace)
+    for key, value in namespace.items():
+        rebound = _rebind(value, cls, new)
+        if rebound is not value:
+            setattr(new, key, rebound)
+    cache[cls] = new
+    return new
+
+
+def _rebind(value: Any, old: type, new: type) -> Any:
+    """``value`` with its ``__class__`` cell (zero-argument ``super()``) pointing at ``new``."""
+    if isinstance(value, types.FunctionType):
+        code = value.__code__
+        if "__class__" not in code.co_freevars or value.__closure__ is None:
+            return value
+        cells = list(value.__closure__)
+        index = code.co_freevars.index("__class__")
+        if cells[index].cell_contents is not old:
+            return value
+        cells[index] = types.CellType(new)
+        rebound = types.FunctionType(
+            code, value.__globals__, value.__name__, value.__defaults__, tuple(cells)
+        )
+        rebound.__kwdefaults__ = value.__kwdefaults__
+        rebound.__dict__.update(value.__dict__)
+        rebound.__qualname__ = value.__qualname__
+        rebound.__doc__ = value.__doc__
+        rebound.__module__ = value.__module__
+        rebound.__annotations__ = value.__annotations__
+        return rebound
+    if isinstance(value, classmethod):
+        inner = _rebind(value.__func__, old, new)
+        return value if inner is value.__func__ else classmethod(inner)
+    if isinstance(value, staticmethod):
+        inner = _rebind(value.__func__, old, new)
+        return value if inner is value.__func__ else staticmethod(inner)
+    if isinstance(value, property):
+        parts = [
+            _rebind(f, old, new) if f is not None else None
+            for f in (value.fget, value.fset, value.fdel)
+        ]
+        if parts == [value.fget, value.fset, value.fdel]:
+            return value
+        return property(parts[0], parts[1], parts[2], value.__doc__)
+    return value
