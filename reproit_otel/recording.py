@@ -33,7 +33,13 @@ do not speak): the operation then reports ``effectsComplete: false`` with that r
 
 Nothing here raises into the caller; failures are logged through :mod:`reproit_otel._guard`.
 The module holds no state of its own besides the pipeline that :func:`set_pipeline` installed
-(the span processor does so when it is created) and the registered secret values.
+(the span processor does so when it is created), the override pipeline and the registered
+secret values.
+
+An *override* pipeline (:func:`set_override_pipeline`) is consulted before the installed one:
+the CI pytest plugin installs one so that, while a test runs, every exchange belongs to that
+test's trace even when a span processor is also recording in the same process. While the
+override has no live operation (between tests) the installed pipeline is asked as before.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ __all__ = [
     "ExchangeOwner",
     "ExchangeRecorder",
     "RecordingPipeline",
+    "clear_override_pipeline",
     "clear_pipeline",
     "current_pipeline",
     "is_suppressed",
@@ -58,6 +65,7 @@ __all__ = [
     "recording_enabled",
     "register_secret_values",
     "registered_secret_values",
+    "set_override_pipeline",
     "set_pipeline",
     "start_exchange",
 ]
@@ -161,6 +169,7 @@ class ExchangeRecorder:
 
 
 _pipeline: RecordingPipeline | None = None
+_override: RecordingPipeline | None = None
 _secrets: list[str] = []
 _secrets_lock = threading.Lock()
 
@@ -183,6 +192,29 @@ def current_pipeline() -> RecordingPipeline | None:
     return _pipeline
 
 
+def set_override_pipeline(pipeline: RecordingPipeline) -> None:
+    """Consult ``pipeline`` before the installed one while it has live operations.
+
+    The CI pytest plugin uses this so a test's trace wins over a span processor.
+    """
+    global _override
+    _override = pipeline
+
+
+def clear_override_pipeline(pipeline: RecordingPipeline | None = None) -> None:
+    """Remove the override pipeline (only if it is ``pipeline``, when one is given)."""
+    global _override
+    if pipeline is None or _override is pipeline:
+        _override = None
+
+
+def _live_override() -> RecordingPipeline | None:
+    override = _override
+    if override is not None and override.has_live_operations():
+        return override
+    return None
+
+
 def is_suppressed() -> bool:
     """True when OpenTelemetry instrumentation is suppressed in the current context.
 
@@ -195,10 +227,13 @@ def is_suppressed() -> bool:
 def recording_enabled() -> bool:
     """Cheap check for a recorder's hot path: could :func:`start_exchange` return a recorder?"""
     pipeline = _pipeline
-    if pipeline is None:
+    if pipeline is None and _override is None:
         return False
     with guarded("recording.recording_enabled"):
-        return pipeline.has_live_operations() and not is_suppressed()
+        live = _live_override() is not None or (
+            pipeline is not None and pipeline.has_live_operations()
+        )
+        return live and not is_suppressed()
     return False
 
 
@@ -208,23 +243,31 @@ def start_exchange(library: str) -> ExchangeRecorder | None:
     Returns ``None`` when nothing records this call (see the module docstring).
     """
     pipeline = _pipeline
-    if pipeline is None:
+    if pipeline is None and _override is None:
         return None
     with guarded(f"recording.start_exchange[{library}]"):
         if is_suppressed():
             return None
-        return pipeline.start_exchange(library)
+        override = _live_override()
+        if override is not None:
+            recorder = override.start_exchange(library)
+            if recorder is not None:
+                return recorder
+        return None if pipeline is None else pipeline.start_exchange(library)
     return None
 
 
 def mark_incomplete(reason: str) -> None:
     """Report an unrecordable call in the current operation; its effects become incomplete."""
     pipeline = _pipeline
-    if pipeline is None:
+    if pipeline is None and _override is None:
         return
     with guarded("recording.mark_incomplete"):
-        if not is_suppressed():
-            pipeline.mark_incomplete(reason)
+        if is_suppressed():
+            return
+        target = _live_override() or pipeline
+        if target is not None:
+            target.mark_incomplete(reason)
 
 
 def register_secret_values(values: Iterable[str]) -> None:
