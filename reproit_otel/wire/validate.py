@@ -46,11 +46,30 @@ from __future__ import annotations
 import calendar
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
-from reproit_otel.errors import ReproitError
-
+from .assessment import assess_capture_batch
+from .batch_vocabulary import (
+    ARTIFACT_KINDS,
+    ARTIFACT_POLICIES,
+    AUTHORITIES,
+    CAPABILITIES,
+    COLLECTION_METHODS,
+    COMPLETENESS,
+    CONSENT_CLASSES,
+    DEFECT_KINDS,
+    DEPENDENCY_OPERATIONS,
+    EMITTER_KINDS,
+    ENVIRONMENT_KINDS,
+    OBSERVATION_KINDS,
+    OUTCOMES,
+    REDACTIONS,
+    STATE_KINDS,
+    STATE_OPERATIONS,
+    TRIGGER_KINDS,
+    BatchProblem,
+    BatchValidationError,
+)
 from .canonical import canonical_json_bytes
 
 __all__ = [
@@ -59,27 +78,6 @@ __all__ = [
     "check_capture_batch",
     "validate_capture_batch",
 ]
-
-
-@dataclass(frozen=True)
-class BatchProblem:
-    """One reason a batch is refused: the ``rule`` broken, the ``field`` path, a sentence."""
-
-    rule: str
-    field: str
-    message: str
-
-
-class BatchValidationError(ReproitError):
-    """Raised by :func:`check_capture_batch`: ``rule`` and ``field`` name what was refused."""
-
-    def __init__(self, problem: BatchProblem) -> None:
-        super().__init__(
-            f"capture batch refused ({problem.rule}) at {problem.field}: {problem.message}"
-        )
-        self.rule = problem.rule
-        self.field = problem.field
-        self.problem = problem
 
 
 _TOKEN = re.compile(r"[A-Za-z0-9._:-]{1,128}", re.ASCII)
@@ -101,171 +99,6 @@ _MAX_PARENTS: Final = 32
 _U64_MAX: Final = 2**64 - 1
 _I32: Final = (-(2**31), 2**31 - 1)
 
-EMITTER_KINDS: Final = frozenset(
-    {
-        "host-collector",
-        "runtime-sdk",
-        "browser-sdk",
-        "device-sdk",
-        "platform-adapter",
-        "imported-evidence",
-        "telemetry-adapter",
-    }
-)
-CONSENT_CLASSES: Final = frozenset(
-    {"application-telemetry", "support-export", "local-analysis", "preproduction"}
-)
-CAPABILITIES: Final = frozenset(
-    {
-        "process-tree",
-        "commands",
-        "standard-streams",
-        "filesystem",
-        "environment",
-        "network",
-        "http",
-        "rpc",
-        "database",
-        "cache",
-        "queue",
-        "object-store",
-        "jobs",
-        "timers",
-        "user-interface",
-        "device",
-        "crash-diagnostics",
-        "resource-pressure",
-        "clock",
-        "randomness",
-        "concurrency",
-        "imported-diagnostics",
-    }
-)
-COMPLETENESS: Final = frozenset({"complete", "partial", "unavailable"})
-TRIGGER_KINDS: Final[Mapping[str, str]] = {
-    # trigger -> the capability that must be complete to replay it
-    "ui-action": "user-interface",
-    "http-request": "http",
-    "rpc-request": "rpc",
-    "command": "commands",
-    "message": "queue",
-    "timer": "timers",
-    "process-startup": "process-tree",
-    "installer": "commands",
-    "upgrade": "commands",
-    "migration": "commands",
-    "filesystem-event": "filesystem",
-    "signal": "process-tree",
-    "resource-pressure": "resource-pressure",
-    "concurrency-schedule": "concurrency",
-    "device-interaction": "device",
-}
-STATE_KINDS: Final[Mapping[str, str]] = {
-    "filesystem": "filesystem",
-    "registry": "environment",
-    "database": "database",
-    "cache": "cache",
-    "queue": "queue",
-    "object-store": "object-store",
-    "application-storage": "filesystem",
-    "device": "device",
-}
-STATE_OPERATIONS: Final = frozenset(
-    {"read", "write", "create", "delete", "rename", "list", "lock", "unlock"}
-)
-DEPENDENCY_OPERATIONS: Final = frozenset(
-    {"call", "return", "publish", "consume", "connect", "disconnect"}
-)
-AMBIGUOUS_EFFECTS: Final = frozenset(
-    {"read", "write", "delete", "call", "return", "publish", "consume", "connect", "disconnect"}
-)
-ENVIRONMENT_KINDS: Final = frozenset(
-    {
-        "operating-system",
-        "architecture",
-        "runtime",
-        "locale",
-        "timezone",
-        "clock",
-        "wall-clock",
-        "monotonic-clock",
-        "randomness",
-        "random-seed",
-        "random-bytes",
-        "network",
-        "concurrency",
-        "device",
-        "driver",
-        "graphics",
-        "hardware",
-        "kernel",
-        "performance",
-    }
-)
-OUTCOMES: Final = frozenset({"succeeded", "failed", "cancelled", "timed-out", "unknown"})
-OBSERVATION_KINDS: Final = frozenset(
-    {
-        "exception",
-        "crash",
-        "exit",
-        "hang",
-        "diagnostic",
-        "contract-violation",
-        "data-corruption",
-        "performance",
-        "user-report",
-    }
-)
-AUTHORITIES: Final = frozenset(
-    {"source-claim", "runtime-diagnosis", "authored-contract", "published-standard"}
-)
-REDACTIONS: Final = frozenset({"not-required", "redacted-at-source", "redacted-before-storage"})
-DEFECT_KINDS: Final = frozenset(
-    {
-        "dropped",
-        "unavailable",
-        "unsupported",
-        "truncated",
-        "sampled-out",
-        "rejected",
-        "clock-uncertain",
-        "sequence-gap",
-    }
-)
-ARTIFACT_KINDS: Final = frozenset(
-    {
-        "structured-log",
-        "text-log",
-        "trace-graph",
-        "crash-dump",
-        "core-dump",
-        "diagnostic-report",
-        "environment-inventory",
-        "configuration-inventory",
-        "process-lifecycle",
-        "interaction-trace",
-        "request-trace",
-        "message-trace",
-        "state-manifest",
-        "filesystem-manifest",
-        "database-manifest",
-        "module-symbol-manifest",
-        "screenshot",
-        "recording",
-        "other",
-    }
-)
-ARTIFACT_POLICIES: Final = frozenset({"exportable", "local-analysis-only", "environment-bound"})
-COLLECTION_METHODS: Final = frozenset(
-    {
-        "flight-recorder",
-        "crash-collector",
-        "support-collector",
-        "telemetry-export",
-        "manual-attachment",
-        "derived",
-    }
-)
 _MAX_ARTIFACT_BYTES: Final = 8 * 1024**3
 _MAX_TOTAL_ARTIFACT_BYTES: Final = 32 * 1024**3
 
@@ -855,151 +688,6 @@ def _timestamp(value: str) -> bool:
     return True
 
 
-# --- the portable assessment ------------------------------------------------------------------
-
-
-def _envelope_problem(attributes: object) -> str | None:
-    if not isinstance(attributes, Mapping):
-        return "the attributes must be an object"
-    observed = attributes.get("observedAtMs")
-    if not _is_u64(observed):
-        return "observedAtMs must be an integer of at least 0"
-    seed = attributes.get("replaySeed")
-    if isinstance(seed, str):
-        if not seed or _utf8_length(seed) > _MAX_TOKEN_BYTES:
-            return "replaySeed must be a non-empty string of at most 128 bytes"
-    elif not _is_u64(seed):
-        return "replaySeed must be a non-empty string or an unsigned integer"
-    tz = attributes.get("tz")
-    if "tz" in attributes and not (isinstance(tz, str) and tz.strip()):
-        return "tz must be absent or a non-blank string"
-    return None
-
-
-def _assess(batch: Mapping[str, Any]) -> list[BatchProblem]:
-    problems: list[BatchProblem] = []
-    completeness = {
-        entry["capability"]: entry["completeness"] for entry in batch.get("capabilities") or []
-    }
-    events: list[Mapping[str, Any]] = batch["events"]
-    observations = [
-        (index, e["event"]["failure"])
-        for index, e in enumerate(events)
-        if e["event"]["kind"] == "observation"
-    ]
-    if not observations:
-        problems.append(
-            BatchProblem("no-failure-observation", "batch.events", "the batch observes no failure")
-        )
-    elif not any(
-        failure["authority"] != "source-claim" and failure.get("signature")
-        for _, failure in observations
-    ):
-        index = observations[0][0]
-        problems.append(
-            BatchProblem(
-                "no-runtime-oracle",
-                f"batch.events[{index}].event.failure",
-                "no observation has a runtime authority and a non-empty signature",
-            )
-        )
-    seen: set[str] = set()
-    envelope_ok = False
-    envelope_problem: tuple[int, str] | None = None
-    has_trigger = False
-    for index, captured in enumerate(events):
-        body = captured["event"]
-        kind = body["kind"]
-        where = f"batch.events[{index}].event"
-        value = body.get("value")
-        structural = isinstance(value, Mapping) and value.get("representation") == "structural"
-        if kind == "trigger":
-            has_trigger = True
-            key = f"trigger:{body['trigger']}:{body['subject']}"
-            if key in seen:
-                continue
-            seen.add(key)
-            capability = TRIGGER_KINDS[body["trigger"]]
-            if completeness.get(capability) != "complete":
-                problems.append(
-                    BatchProblem(
-                        "trigger-capability",
-                        where,
-                        f"a {body['trigger']} trigger needs the {capability} capability complete",
-                    )
-                )
-            elif structural:
-                problems.append(
-                    BatchProblem(
-                        "trigger-not-replayable",
-                        f"{where}.value",
-                        "the trigger value is structural only",
-                    )
-                )
-        elif kind in ("state-access", "dependency"):
-            label = "state" if kind == "state-access" else "dependency"
-            discriminator = body["state"] if kind == "state-access" else body["system"]
-            key = f"{label}:{discriminator}:{body['subject']}"
-            if key in seen:
-                continue
-            seen.add(key)
-            capability = STATE_KINDS[body["state"]] if kind == "state-access" else "network"
-            if value is None or structural:
-                problems.append(
-                    BatchProblem(
-                        f"{label}-not-replayable",
-                        f"{where}.value",
-                        f"the {label} needs a replayable value",
-                    )
-                )
-            elif completeness.get(capability) != "complete":
-                problems.append(
-                    BatchProblem(
-                        f"{label}-capability",
-                        where,
-                        f"a {label} needs the {capability} capability complete",
-                    )
-                )
-        elif kind == "effect" and body["effect"] in AMBIGUOUS_EFFECTS:
-            problems.append(
-                BatchProblem(
-                    "ambiguous-effect",
-                    f"{where}.effect",
-                    f"an effect {body['effect']!r} is an unresolved boundary; record it as "
-                    "a state-access or dependency event",
-                )
-            )
-        elif kind == "checkpoint" and body["name"] == "determinism-envelope":
-            problem = _envelope_problem(body.get("attributes"))
-            if problem is None:
-                envelope_ok = True
-            elif envelope_problem is None:
-                envelope_problem = (index, problem)
-        elif kind == "defect":
-            problems.append(
-                BatchProblem("defect-event", where, "the batch reports a capture defect")
-            )
-    if not has_trigger:
-        problems.append(
-            BatchProblem("no-trigger", "batch.events", "no event says what started the failure")
-        )
-    if not envelope_ok:
-        if envelope_problem is None:
-            problems.append(
-                BatchProblem(
-                    "determinism-envelope", "batch.events", "no determinism-envelope checkpoint"
-                )
-            )
-        else:
-            index, message = envelope_problem
-            problems.append(
-                BatchProblem(
-                    "determinism-envelope", f"batch.events[{index}].event.attributes", message
-                )
-            )
-    return problems
-
-
 def validate_capture_batch(batch: object, *, portable: bool = True) -> list[BatchProblem]:
     """Every reason the ingest would refuse ``batch`` (a parsed JSON value); ``[]`` accepts it.
 
@@ -1010,7 +698,7 @@ def validate_capture_batch(batch: object, *, portable: bool = True) -> list[Batc
     if checker.problems or not portable:
         return checker.problems
     assert isinstance(batch, Mapping)
-    return _assess(batch)
+    return assess_capture_batch(batch)
 
 
 def check_capture_batch(batch: object, *, portable: bool = True) -> None:
