@@ -43,6 +43,7 @@ from reproit_otel.wire.urls import url_path_and_query
 __all__ = [
     "PLACEHOLDER_KEY",
     "body_delta",
+    "js_items",
     "js_property_order",
     "js_stringify",
     "js_truthy",
@@ -286,7 +287,8 @@ def _is_array_index_key(key: str) -> bool:
     return (key == "0" or key[0] != "0") and int(key) <= _MAX_ARRAY_INDEX
 
 
-def _js_items(mapping: Mapping[Any, Any]) -> list[tuple[Any, Any]]:
+def js_items(mapping: Mapping[Any, Any]) -> list[tuple[Any, Any]]:
+    """The items of ``mapping`` in JavaScript property order (array-index keys first)."""
     items = list(mapping.items())
     indexes = [item for item in items if isinstance(item[0], str) and _is_array_index_key(item[0])]
     if not indexes:
@@ -309,7 +311,7 @@ def js_property_order(value: Any) -> Any:
     stack: list[tuple[Any, Any]] = [(value, root)]
     while stack:
         source, target = stack.pop()
-        pairs = _js_items(source) if isinstance(source, Mapping) else list(enumerate(source))
+        pairs = js_items(source) if isinstance(source, Mapping) else list(enumerate(source))
         for key, child in pairs:
             copy = child
             if isinstance(child, (Mapping, list, tuple)):

@@ -42,6 +42,7 @@ from reproit_otel.errors import CapsuleError, DivergedError, RecordedPgError
 from reproit_otel.wire._js import UNSET, is_js_integer, js_string, utf8_bytes
 from reproit_otel.wire.matching import (
     body_delta,
+    js_items,
     js_stringify,
     js_truthy,
     operation_key,
@@ -100,13 +101,15 @@ class PgResult(TypedDict):
 class ServedResponse:
     """What replay answers an HTTP call with.
 
-    ``headers`` are the recorded response headers minus ``content-length``,
+    ``status`` is the recorded status (200 when none was recorded; an ``int`` in every
+    capsule reproit writes, any other recorded value is passed through). ``headers`` are
+    the recorded response headers minus ``content-length``,
     ``transfer-encoding`` and ``content-encoding``; ``body_text`` is the recorded body as text;
     ``chunks`` are the recorded stream chunks (UTF-8 bytes of ``body_text`` cut at the
     recorded boundaries), or ``None`` when the body is delivered whole.
     """
 
-    status: int
+    status: Any
     headers: dict[str, Any]
     body_text: str
     chunks: list[bytes] | None = None
@@ -365,16 +368,13 @@ def split_chunks(text: str, lengths: Sequence[Any]) -> list[bytes]:
     return chunks
 
 
-def _served_status(response: Mapping[str, Any]) -> int:
+def _served_status(response: Mapping[str, Any]) -> Any:
     status = response.get("status", UNSET)
     if status is None or status is UNSET:
         return 200
     if is_js_integer(status):
         return int(status)
-    raise CapsuleError(
-        f"recorded response status {js_string(status)!r} is not an integer; "
-        "the capsule was not written by reproit or was edited"
-    )
+    return status  # not written by reproit; served as recorded, as the reference does
 
 
 def serve_http(session: ReplaySession, probe: dict[str, Any]) -> ServedResponse:
@@ -397,7 +397,7 @@ def serve_http(session: ReplaySession, probe: dict[str, Any]) -> ServedResponse:
         session.diverge("http", {**probe, "truncated": True})
         return _diverged_response("truncated-exchange-body")
     recorded_headers = response.get("headers", UNSET)
-    headers = dict(recorded_headers) if isinstance(recorded_headers, Mapping) else {}
+    headers = dict(js_items(recorded_headers)) if isinstance(recorded_headers, Mapping) else {}
     for name in _STRIPPED_HEADERS:
         headers.pop(name, None)
     body = response.get("body", UNSET)
@@ -415,15 +415,17 @@ def serve_http(session: ReplaySession, probe: dict[str, Any]) -> ServedResponse:
 
 
 def pg_probe(text: Any, values: Any = UNSET) -> dict[str, Any]:
-    """The probe of a ``pg`` call: ``{"text"}`` plus ``"values"`` when there are any."""
+    """The probe of a ``pg`` call: ``{"text"}`` plus ``"values"`` when there are any.
+
+    Parameters count when they are a non-empty sequence (a tuple becomes a list) or, for
+    drivers with named parameters such as psycopg2, a non-empty mapping; anything else is
+    left out, as the reference leaves out everything but a non-empty array.
+    """
     probe: dict[str, Any] = {"text": text}
-    if values is UNSET or values is None:
-        return probe
-    if isinstance(values, (list, tuple)):
-        if values:
-            probe["values"] = list(values)
-        return probe
-    probe["values"] = values
+    if isinstance(values, (list, tuple)) and values:
+        probe["values"] = list(values)
+    elif isinstance(values, Mapping) and values:
+        probe["values"] = dict(values)
     return probe
 
 

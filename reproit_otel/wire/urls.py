@@ -280,8 +280,11 @@ def _parse(raw: str) -> _Url:
             if char is None or slash or char in "?#":
                 lowered = buffer.lower()
                 if lowered in _DOUBLE_DOT:
+                    had_segments = bool(url.path)
                     url.shorten_path()
-                    if not slash:
+                    # Node's parser leaves a non-special path empty when ".." had nothing
+                    # to remove ("foo:/.." has pathname ""); the Standard would append "".
+                    if not slash and (url.special or had_segments):
                         url.path.append("")
                 elif lowered in _SINGLE_DOT:
                     if not slash:
@@ -360,11 +363,27 @@ def _percent_decode(text: str) -> bytes:
 _IGNORED = frozenset(
     ["\u00ad", "\u034f", "\u180b", "\u180c", "\u180d", "\u180f", "\u200b", "\u2060", "\u2064"]
     + [chr(c) for c in range(0xFE00, 0xFE10)]
+    + [chr(c) for c in range(0xE0100, 0xE01F0)]
     + ["\ufeff"]
 )
-_DISALLOWED = frozenset({"\ufffd"})
+# Code points UTS #46 disallows although NFKC case folding would keep them: Georgian capital
+# letters, Hangul fillers, ideographic description characters and a few more.
+_DISALLOWED = frozenset(
+    [chr(c) for c in range(0x10A0, 0x10C6)]
+    + [chr(c) for c in range(0x2FF0, 0x3000)]
+    + ["\u115f", "\u1160", "\u17b4", "\u17b5", "\u1806", "\u2132", "\u2183", "\u3164"]
+    + ["\uffa0", "\ufffd"]
+)
+_JOINERS = frozenset({"\u200c", "\u200d"})
+_VIRAMA = 9  # canonical combining class of a virama
 _IDEOGRAPHIC_STOPS = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})
-_DISALLOWED_CATEGORIES = frozenset({"Cc", "Cs", "Co", "Cn", "Zl", "Zp"})
+_DISALLOWED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"})
+
+# Bidi classes for the Bidi Rule (RFC 5893 section 2) as Node's IDNA code applies it.
+_RTL = frozenset({"R", "AL", "AN"})
+_RTL_ALLOWED = frozenset({"R", "AL", "AN", "EN", "ES", "CS", "ET", "ON", "BN", "NSM"})
+_RTL_ENDINGS = frozenset({"R", "AL", "AN", "EN"})
+_LTR_ALLOWED = frozenset({"L", "EN", "ES", "CS", "ET", "ON", "BN", "NSM"})
 
 
 def _domain_to_ascii(domain: str) -> str:
@@ -373,25 +392,36 @@ def _domain_to_ascii(domain: str) -> str:
         mapped = domain.lower()
     else:
         mapped = "".join(char for char in domain if char not in _IGNORED)
+        if any(char in _DISALLOWED for char in mapped):
+            raise _Failure
+        for char in set(mapped.translate(_IDEOGRAPHIC_STOPS)) - {"."}:
+            # A character whose mapping holds a full stop (such as U+2488) is disallowed.
+            if "." in unicodedata.normalize("NFKC", char):
+                raise _Failure
         mapped = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", mapped).casefold())
         mapped = mapped.translate(_IDEOGRAPHIC_STOPS)
-    labels = mapped.split(".")
     out: list[str] = []
-    for label in labels:
+    unicode_labels: list[str] = []
+    for label in mapped.split("."):
         if label.startswith("xn--"):
             try:
                 decoded = label[4:].encode("ascii").decode("punycode")
             except (UnicodeError, ValueError) as error:
                 raise _Failure from error
-            if decoded == "" or decoded.isascii():
+            if decoded == "":
                 raise _Failure
             _check_label(decoded)
             out.append(label)
+            unicode_labels.append(decoded)
         elif label.isascii():
             out.append(label)
+            unicode_labels.append(label)
         else:
             _check_label(label)
             out.append("xn--" + label.encode("punycode").decode("ascii"))
+            unicode_labels.append(label)
+    for label in unicode_labels:
+        _check_bidi(label)
     result = ".".join(out)
     if result == "":
         raise _Failure
@@ -403,13 +433,45 @@ def _check_label(label: str) -> None:
         raise _Failure
     if unicodedata.category(label[0]).startswith("M"):
         raise _Failure
-    for char in label:
+    for index, char in enumerate(label):
+        if char in _JOINERS:
+            # CheckJoiners, reduced to its common case: a joiner must follow a virama.
+            if index == 0 or unicodedata.combining(label[index - 1]) != _VIRAMA:
+                raise _Failure
+            continue
         if (
             char in _IGNORED
             or char in _DISALLOWED
             or unicodedata.category(char) in _DISALLOWED_CATEGORIES
         ):
             raise _Failure
+
+
+def _check_bidi(label: str) -> None:
+    """CheckBidi for one label, as the reference runtime's IDNA code (ada) evaluates it.
+
+    Only a label holding an R, AL or AN character is checked. One starting with an L
+    character is checked as left-to-right, every character before its last non-NSM one
+    being L, EN, ES, CS, ET, ON, BN or NSM; any other is checked as right-to-left: no L,
+    not both EN and AN, and its last non-NSM character R, AL, AN or EN.
+    """
+    classes = [unicodedata.bidirectional(char) for char in label]
+    if not any(kind in _RTL for kind in classes):
+        return
+    last = len(classes) - 1
+    while last >= 0 and classes[last] == "NSM":
+        last -= 1
+    if last < 0:
+        raise _Failure
+    if classes[0] == "L":
+        if any(kind not in _LTR_ALLOWED for kind in classes[:last]):
+            raise _Failure
+        return
+    head = classes[: last + 1]
+    if any(kind not in _RTL_ALLOWED for kind in head) or head[-1] not in _RTL_ENDINGS:
+        raise _Failure
+    if "EN" in head and "AN" in head:
+        raise _Failure
 
 
 def _ends_in_number(domain: str) -> bool:

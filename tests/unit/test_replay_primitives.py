@@ -91,6 +91,15 @@ def test_replay_primitive_golden(case: dict[str, Any]) -> None:
         ("file:x", "/x"),
         ("file:///C|/x/../..", "/C:/"),
         ("file://localhost/a", "/a"),
+        # Node's parser leaves a non-special path empty when ".." has nothing to remove.
+        ("foo:/..", ""),
+        ("foo:/a/..", "/"),
+        ("foo:/a/../..", ""),
+        ("foo:/../", "/"),
+        ("http://xn--ls8h/p", "/p"),
+        ("http://\u0915\u094d\u200d/p", "/p"),
+        ("http://\u0660/p", "/p"),
+        ("http://a\u0660/p", "/p"),
     ],
 )
 def test_url_path_and_query_parses(url: str, expected: str) -> None:
@@ -115,6 +124,12 @@ def test_url_path_and_query_parses(url: str, expected: str) -> None:
         "http:",
         "foo://:80/",
         "http://\u00ad/x",
+        "http://xn--/x",
+        "http://a\u200db/x",
+        "http://1\u0660/x",
+        "http://\u0628a/x",
+        "http://\u2488/x",
+        "http://\u10a0/x",
     ],
 )
 def test_url_that_does_not_parse_is_its_own_key(url: str) -> None:
