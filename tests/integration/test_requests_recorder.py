@@ -443,3 +443,17 @@ def test_a_defect_in_the_recorder_never_breaks_the_call(
     assert seen == {"rate": 1.5, "currency": "EUR"}
     assert effects(events) == []
     assert events[-1]["effectsComplete"] is False
+
+
+def test_otel_client_span_is_covered_by_the_exchange(upstream: Upstream, capture: Capture) -> None:
+    from opentelemetry.instrumentation.requests import RequestsInstrumentor
+
+    otel = RequestsInstrumentor()
+    otel.instrument(tracer_provider=capture.provider)
+    try:
+        seen, events = capture.operation(lambda: requests.get(upstream.base + "/json").json())
+    finally:
+        otel.uninstrument()
+    assert seen == {"rate": 1.5, "currency": "EUR"}
+    assert [effect["key"] for effect in effects(events)] == ["GET /json"]
+    assert events[-1]["effectsComplete"] is True

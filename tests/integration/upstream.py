@@ -140,6 +140,9 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     received: list[bytes]
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # dropped and timed-out connections are what some routes are for
+
 
 class Upstream:
     """A running loopback upstream; :meth:`stop` closes its port (calls are then refused)."""

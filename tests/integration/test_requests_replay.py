@@ -1,0 +1,323 @@
+"""Record-then-replay round trips of requests calls, with the upstream stopped for the replay.
+
+The same application code runs twice: once against a real loopback upstream with the recorder
+and the real capture pipeline, once with the upstream stopped, every socket connection made
+to fail, and :class:`RequestsReplayInstrumentor` serving the capsule built from the recorded
+events. What the application saw (status, reason, headers that matter, body bytes, chunk
+sequences, ``json()``, exceptions) must be the same both times. JSON bodies are compared
+as values: the capture records the parsed value and replay serves it re-serialized.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import requests
+import requests.adapters
+from opentelemetry.instrumentation.requests import RequestsInstrumentor
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from reproit_otel.instrumentation.requests import RequestsReplayInstrumentor
+from reproit_otel.replay.session import activate, deactivate
+from reproit_otel.wire.replay import ReplaySession
+from tests.integration.requests_helpers import capsule_of, capturing, effects, sent_headers
+from tests.integration.upstream import SLOW_CHUNKS, SSE_EVENTS, Upstream, closed_port
+
+Observation = dict[str, Any]
+
+
+def observe(make: Callable[[], requests.Response], *, chunks: bool = False) -> Observation:
+    """What the application sees of one call (the exception, if it raised)."""
+    seen: Observation = {}
+    try:
+        response = make()
+        seen.update(
+            status=response.status_code,
+            reason=response.reason,
+            content_type=response.headers.get("content-type"),
+            x_upstream=response.headers.get("x-upstream"),
+            encoding=response.encoding,
+            url=response.url,
+            request_url=response.request.url,
+            has_elapsed=isinstance(response.elapsed, timedelta),
+        )
+        if chunks:
+            seen["chunks"] = []
+            for chunk in response.iter_content(None):
+                seen["chunks"].append(chunk)
+        elif "application/json" in (response.headers.get("content-type") or ""):
+            # A recorded JSON body is a value: it is served re-serialized (PROTOCOL 7.4).
+            seen["json"] = response.json()
+        else:
+            seen["body"] = response.content
+    except requests.RequestException as error:
+        seen["raised"] = type(error)
+        seen["message"] = str(error)
+    return seen
+
+
+def application(base: str, refused: str) -> list[Observation]:
+    """The application under test: one of every kind of call."""
+
+    def lines() -> requests.Response:
+        response = requests.get(base + "/slow", stream=True)
+        response.lines = list(response.iter_lines())  # type: ignore[attr-defined]
+        return response
+
+    observations = [
+        observe(lambda: requests.get(base + "/json")),
+        {"json": requests.get(base + "/json").json()},
+        observe(lambda: requests.get(base + "/text")),
+        observe(lambda: requests.get(base + "/sse", stream=True), chunks=True),
+        {"lines": lines().lines},  # type: ignore[attr-defined]
+        observe(lambda: requests.get(base + "/slow", stream=True), chunks=True),
+        observe(lambda: requests.get(base + "/fail")),
+        observe(lambda: requests.get(refused)),
+        observe(lambda: requests.get(base + "/sleep", timeout=0.2)),
+        observe(lambda: requests.post(base + "/echo", json={"q": "weather?", "n": 1})),
+        observe(lambda: requests.post(base + "/echo", data={"a": "1"})),
+        observe(lambda: requests.get(base + "/gzip")),
+        observe(lambda: requests.get(base + "/cut")),
+        observe(lambda: requests.get(base + "/cut", stream=True), chunks=True),
+        observe(lambda: requests.get(base + "/query?page=2&token=abc")),
+        {"raw": requests.get(base + "/text", stream=True).raw.read()},
+    ]
+    with requests.Session() as session:
+        redirected = session.get(base + "/json", allow_redirects=True)
+        observations.append({"session": redirected.json(), "history": len(redirected.history)})
+    return observations
+
+
+CALLS = 17
+
+
+@contextmanager
+def no_sockets(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Any socket connection attempt fails the test."""
+
+    def refuse(self: socket.socket, address: Any) -> None:
+        raise AssertionError(f"replay opened a socket to {address!r}")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(socket.socket, "connect", refuse)
+        patch.setattr(socket.socket, "connect_ex", refuse)
+        yield
+
+
+@contextmanager
+def replaying(capsule: dict[str, Any]) -> Iterator[ReplaySession]:
+    session = ReplaySession(capsule)
+    activate(session)
+    instrumentor = RequestsReplayInstrumentor()
+    instrumentor.instrument(secret_values=())
+    try:
+        yield session
+    finally:
+        instrumentor.uninstrument()
+        deactivate()
+
+
+def record(app: Callable[[], Any]) -> tuple[Any, list[Any]]:
+    with capturing() as capture:
+        return capture.operation(app)
+
+
+def test_round_trip_serves_what_the_application_saw(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    upstream = Upstream()
+    refused = f"http://127.0.0.1:{closed_port()}/rates"
+    try:
+        live, events = record(lambda: application(upstream.base, refused))
+    finally:
+        upstream.stop()
+    assert len(effects(events)) == CALLS
+    # The live run saw every kind of answer the replay has to reproduce.
+    assert live[3]["chunks"] == list(SSE_EVENTS)
+    assert live[4] == {"lines": [b"one", b"two", b"three"]}
+    assert live[5]["chunks"] == list(SLOW_CHUNKS)
+    assert live[7]["raised"] is requests.exceptions.ConnectionError
+    assert live[8]["raised"] is requests.exceptions.ReadTimeout
+    assert live[12]["raised"] is requests.exceptions.ChunkedEncodingError
+    assert live[13]["raised"] is requests.exceptions.ChunkedEncodingError
+    capfd.readouterr()
+
+    with replaying(capsule_of(events)) as session, no_sockets(monkeypatch):
+        replayed = application(upstream.base, refused)
+
+    assert replayed == live
+    assert (session.consumed, session.total, session.diverged) == (CALLS, CALLS, False)
+    assert capfd.readouterr().err == ""
+
+
+def test_binary_bodies_replay_as_the_recorded_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    upstream = Upstream()
+    try:
+        live, events = record(lambda: requests.get(upstream.base + "/binary").content)
+    finally:
+        upstream.stop()
+    with replaying(capsule_of(events)), no_sockets(monkeypatch):
+        replayed = requests.get(upstream.base + "/binary").content
+    # PROTOCOL 4.2 has no binary mode: invalid UTF-8 is recorded as U+FFFD.
+    assert live == b"\xff\x00binary\x80"
+    assert replayed == "\ufffd\x00binary\ufffd".encode()
+
+
+def test_replayed_response_is_a_real_response(monkeypatch: pytest.MonkeyPatch) -> None:
+    upstream = Upstream()
+    try:
+        _, events = record(lambda: requests.get(upstream.base + "/sse").status_code)
+    finally:
+        upstream.stop()
+    with replaying(capsule_of(events)), no_sockets(monkeypatch):
+        response = requests.get(upstream.base + "/sse", stream=True)
+        first = response.raw.read(4)
+        rest = response.raw.read()
+    assert isinstance(response, requests.Response)
+    assert dict(response.headers) == {
+        "content-type": "text/event-stream",
+        "date": "Thu, 01 Jan 2026 00:00:00 GMT",
+        "server": "upstream/1",
+    }
+    assert isinstance(response.headers, requests.structures.CaseInsensitiveDict)
+    assert (first, rest) == (b"data", b"".join(SSE_EVENTS)[4:])
+    assert response.raw.closed
+
+
+def test_divergence_answers_599_and_writes_the_exact_line(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    upstream = Upstream()
+    try:
+        _, events = record(
+            lambda: requests.post(upstream.base + "/echo", json={"q": "weather?"}).json()
+        )
+    finally:
+        upstream.stop()
+    capfd.readouterr()
+    with replaying(capsule_of(events)) as session, no_sockets(monkeypatch):
+        other = requests.get(upstream.base + "/unknown?x=1")
+        drifted = requests.post(upstream.base + "/echo", json={"q": "DIFFERENT"})
+    expected_request = {
+        "body": {"q": "weather?"},
+        "headers": sent_headers(**{"content-length": "17", "content-type": "application/json"}),
+        "method": "POST",
+        "url": upstream.base + "/echo",
+    }
+    lines = [
+        {
+            "protocol": "http",
+            "got": {"method": "GET", "url": upstream.base + "/unknown?x=1"},
+            "expected": expected_request,
+            "consumed": 0,
+            "total": 1,
+        },
+        {
+            "protocol": "http",
+            "got": {"method": "POST", "url": upstream.base + "/echo", "body": {"q": "DIFFERENT"}},
+            "expected": expected_request,
+            "consumed": 0,
+            "total": 1,
+            "bodyDelta": {"kind": "byte", "offset": 6},
+        },
+    ]
+    assert capfd.readouterr().err == "".join(
+        "REPROIT:DIVERGENCE " + json.dumps(line, separators=(",", ":"), ensure_ascii=False) + "\n"
+        for line in lines
+    )
+    for response in (other, drifted):
+        assert (response.status_code, response.reason) == (599, "Reproit Diverged")
+        assert dict(response.headers) == {"content-type": "application/json"}
+        assert response.content == b'{"reproit":"diverged"}'
+    assert session.diverged
+
+
+def test_truncated_body_fails_closed(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    upstream = Upstream()
+    try:
+        _, events = record(lambda: requests.get(upstream.base + "/big").status_code)
+    finally:
+        upstream.stop()
+    capfd.readouterr()
+    with replaying(capsule_of(events)), no_sockets(monkeypatch):
+        response = requests.get(upstream.base + "/big")
+    assert (response.status_code, response.content) == (
+        599,
+        b'{"reproit":"truncated-exchange-body"}',
+    )
+    got = {"method": "GET", "url": upstream.base + "/big", "truncated": True}
+    line = {"protocol": "http", "got": got, "expected": None, "consumed": 1, "total": 1}
+    assert capfd.readouterr().err == (
+        "REPROIT:DIVERGENCE " + json.dumps(line, separators=(",", ":")) + "\n"
+    )
+
+
+def test_live_calls_are_redacted_before_matching(monkeypatch: pytest.MonkeyPatch) -> None:
+    upstream = Upstream()
+    url = upstream.base + "/query?token=abc&page=2"
+    try:
+        live, events = record(lambda: requests.get(url).json())
+    finally:
+        upstream.stop()
+    # A different secret value still matches: the capture kept only its placeholder.
+    with replaying(capsule_of(events)) as session, no_sockets(monkeypatch):
+        replayed = requests.get(upstream.base + "/query?token=other&page=2").json()
+    assert replayed == live == {"query": "token=abc&page=2"}
+    assert not session.diverged
+
+
+def test_spans_are_still_produced_during_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+    upstream = Upstream()
+    try:
+        _, events = record(lambda: requests.get(upstream.base + "/fail").status_code)
+    finally:
+        upstream.stop()
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    otel = RequestsInstrumentor()
+    otel.instrument(tracer_provider=provider)
+    try:
+        with replaying(capsule_of(events)), no_sockets(monkeypatch):
+            status = requests.get(upstream.base + "/fail").status_code
+    finally:
+        otel.uninstrument()
+    [span] = exporter.get_finished_spans()
+    assert status == 500
+    assert span.kind is SpanKind.CLIENT
+    attributes = dict(span.attributes or {})
+    assert attributes.get("http.status_code", attributes.get("http.response.status_code")) == 500
+
+
+def test_no_active_session_refuses_instead_of_calling_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    instrumentor = RequestsReplayInstrumentor()
+    instrumentor.instrument(secret_values=())
+    try:
+        with no_sockets(monkeypatch), pytest.raises(requests.exceptions.ConnectionError) as raised:
+            requests.get("http://127.0.0.1:9/x")
+    finally:
+        instrumentor.uninstrument()
+    assert "no replay session is active" in str(raised.value)
+
+
+def test_uninstrument_restores_exactly() -> None:
+    original = requests.adapters.HTTPAdapter.__dict__["send"]
+    instrumentor = RequestsReplayInstrumentor()
+    assert tuple(instrumentor.instrumentation_dependencies()) == ("requests >= 2.0",)
+    instrumentor.instrument(secret_values=())
+    assert requests.adapters.HTTPAdapter.__dict__["send"] is not original
+    instrumentor.uninstrument()
+    assert requests.adapters.HTTPAdapter.__dict__["send"] is original
