@@ -470,7 +470,12 @@ def _mixed(base: Any, layer: type, cache_attr: str, root: type) -> Any:
     if issubclass(base, layer):
         return base
     if base is root:
-        return layer
+        # The layer on its own, under psycopg2's name ("cursor", "connection").
+        namespace = {"__module__": root.__module__, "__qualname__": root.__qualname__}
+        cached = _c_type_cache.get(root)
+        if cached is None:
+            cached = _c_type_cache[root] = type(root.__name__, (layer,), namespace)
+        return cached
     cached = base.__dict__.get(cache_attr) if _is_heap(base) else _c_type_cache.get(base)
     if cached is not None:
         return cached

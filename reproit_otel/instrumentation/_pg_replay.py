@@ -39,7 +39,6 @@ from typing import Any
 import psycopg2
 from psycopg2 import errors as _errors
 from psycopg2 import extensions as _ext
-from psycopg2 import extras as _extras
 
 from reproit_otel.errors import DivergedError
 from reproit_otel.instrumentation import _pg_offline as offline
@@ -570,15 +569,6 @@ def _build_row(cursor: Any, values: tuple[Any, ...]) -> Any:
     factory = cursor.row_factory
     if factory is None:
         return values
-    if isinstance(factory, type) and issubclass(factory, _extras.RealDictRow):
-        # RealDictRow insists on a C cursor; fill it by column name as it would fill itself.
-        if cursor.description and not getattr(cursor, "column_mapping", None):
-            cursor._build_index()
-        names = getattr(cursor, "column_mapping", None) or [c.name for c in cursor.description]
-        row = factory()
-        for name, value in zip(names, values, strict=False):
-            row[name] = value
-        return row
     row = factory(cursor)
     for index, value in enumerate(values):
         row[index] = value
@@ -627,7 +617,7 @@ def _transplant(
     cache: weakref.WeakKeyDictionary[type, type],
 ) -> Any:
     if cls is None or cls is root or cls is layer:
-        return stub
+        return _plain(stub, root)
     if isinstance(cls, type) and issubclass(cls, stub):
         return cls
     if not isinstance(cls, type) or not issubclass(cls, root):
@@ -655,6 +645,7 @@ def _transplant(
         for key, value in cls.__dict__.items()
         if key not in _SKIPPED_ATTRS and key not in slot_names
     }
+    namespace["__class__"] = _posing_as(cls)
     metaclass: Any = type(cls)
     new = metaclass(cls.__name__, bases, namespace)
     for key, value in namespace.items():
@@ -663,6 +654,28 @@ def _transplant(
             setattr(new, key, rebound)
     cache[cls] = new
     return new
+
+
+def _posing_as(cls: type) -> property:
+    # isinstance() consults obj.__class__ when type(obj) is not a subclass, so a stub poses as
+    # the class it stands in for: isinstance(cur, RealDictCursor) and isinstance(cur,
+    # psycopg2.extensions.cursor) hold in replay as they did live (RealDictRow relies on it).
+    return property(lambda self: cls, doc="The psycopg2 class this stand-in replays.")
+
+
+_plain_classes: dict[type, type] = {}
+
+
+def _plain(stub: type, root: type) -> type:
+    found = _plain_classes.get(stub)
+    if found is None:
+        namespace = {
+            "__module__": root.__module__,
+            "__qualname__": root.__qualname__,
+            "__class__": _posing_as(root),
+        }
+        found = _plain_classes[stub] = type(root.__name__, (stub,), namespace)
+    return found
 
 
 def _rebind(value: Any, old: type, new: type) -> Any:
