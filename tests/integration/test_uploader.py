@@ -236,3 +236,26 @@ def test_a_forked_child_uploads_on_its_own_thread(ingest: LoopbackIngest) -> Non
     )
     assert names == ["POST /child", "POST /parent"]
     uploader.close()
+
+
+def test_uploads_run_with_instrumentation_suppressed(
+    ingest: LoopbackIngest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What every OpenTelemetry instrumentation (and our recorders) checks before recording.
+    import http.client
+
+    from opentelemetry.instrumentation.utils import is_instrumentation_enabled
+
+    seen: list[bool] = []
+    original = http.client.HTTPConnection.request
+
+    def spy(self: http.client.HTTPConnection, *args: Any, **kwargs: Any) -> None:
+        seen.append(is_instrumentation_enabled())
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(http.client.HTTPConnection, "request", spy)
+    uploader = Uploader(settings(ingest.url), environment)
+    uploader.record(failing_trace())
+    assert uploader.flush(10) is True
+    assert seen == [False]
+    uploader.close()
