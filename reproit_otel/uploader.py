@@ -161,7 +161,7 @@ def _fresh_stats() -> dict[str, Any]:
 def _suppressed() -> Callable[[], None]:
     """Enter OpenTelemetry's suppress-instrumentation context; returns the exit function."""
     try:
-        from opentelemetry.context import (  # noqa: PLC0415 - tolerate a broken install
+        from opentelemetry.context import (
             _SUPPRESS_INSTRUMENTATION_KEY,
             attach,
             detach,

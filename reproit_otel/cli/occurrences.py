@@ -103,7 +103,7 @@ class IngestClient:
 def _suppressed() -> Callable[[], None]:
     """Keep the CLI's own requests out of any OpenTelemetry instrumentation in this process."""
     try:
-        from opentelemetry.context import (  # noqa: PLC0415 - the CLI works without the SDK
+        from opentelemetry.context import (
             _SUPPRESS_INSTRUMENTATION_KEY,
             attach,
             detach,

@@ -99,14 +99,14 @@ def run(args: argparse.Namespace) -> int:
     """Execute ``serve``; returns the exit code once the server stopped."""
     # The server's dependencies (the `serve` extra) are imported only when serving.
     try:
-        import uvicorn  # noqa: PLC0415
+        import uvicorn
 
-        from reproit_otel.ingest.app import (  # noqa: PLC0415
+        from reproit_otel.ingest.app import (
             DEFAULT_MAX_BODY_BYTES,
             create_app,
         )
-        from reproit_otel.ingest.server import IngestServer  # noqa: PLC0415
-        from reproit_otel.ingest.store import open_store  # noqa: PLC0415
+        from reproit_otel.ingest.server import IngestServer
+        from reproit_otel.ingest.store import open_store
     except ImportError as error:
         print(
             f"reproit-otel serve: {error}; install the server with "

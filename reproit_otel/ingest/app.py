@@ -220,7 +220,7 @@ class IngestApp:
                 trace_id=span.trace_id,
                 span_id=span.span_id,
             )
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: PLC0415
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
             ExportTraceServiceResponse,
         )
 

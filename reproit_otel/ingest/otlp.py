@@ -79,7 +79,7 @@ def _operation_of(name: str, attributes: dict[str, Any]) -> str:
 def decode_request(body: bytes, content_encoding: str | None) -> Any:
     """Parse an ``ExportTraceServiceRequest``; raises :class:`OtlpDecodeError`."""
     # opentelemetry-proto (and protobuf) load only when a trace arrives.
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: PLC0415
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
     )
 

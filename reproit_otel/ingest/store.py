@@ -418,7 +418,7 @@ class PostgresStore(Store):
 
     def __init__(self, dsn: str, *, max_connections: int = 8) -> None:
         try:
-            from psycopg2.pool import ThreadedConnectionPool  # noqa: PLC0415 - optional
+            from psycopg2.pool import ThreadedConnectionPool
         except ImportError as error:  # pragma: no cover - depends on the installation
             raise ConfigurationError(
                 "a postgresql:// store needs psycopg2; install it with "
