@@ -12,7 +12,11 @@ The rules are the reference's JavaScript rules, spelled in Python:
 
 ``operation_key(protocol, request)``
     What orders the exchanges of one operation: ``METHOD path+query`` for HTTP (host and
-    scheme left out, see :mod:`reproit_otel.wire.urls`), the statement text otherwise.
+    scheme left out, see :mod:`reproit_otel.wire.urls`); for an invoke boundary
+    (``invoke``) ``tool op <canonical JSON of the input>``, so two calls that differ in one
+    argument never share a key (redaction placeholders count as one value whatever they
+    describe, and an input kept only by its identity keys on ``sha256:<inputSha256>``); the
+    statement text otherwise.
 
 ``body_delta(recorded, live)``
     Where a live body first drifts from the recording, for the divergence report: the index
@@ -20,8 +24,9 @@ The rules are the reference's JavaScript rules, spelled in Python:
     the offset of the first differing byte of their JSON text.
 
 ``request_matches(protocol, recorded, probe)``
-    The whole request comparison: HTTP compares method, path+query and body; ``pg`` (and any
-    other protocol) compares the statement text and its values.
+    The whole request comparison: HTTP compares method, path+query and body; ``invoke``
+    compares tool, op and input (recorded ``$reproit`` placeholders still wildcard); ``pg``
+    (and any other protocol) compares the statement text and its values.
 
 ``try_json(text, content_type)``
     The body of a live request as the recorder would have stored it.
@@ -31,13 +36,13 @@ The rules are the reference's JavaScript rules, spelled in Python:
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from typing import Any, Final
 
 from reproit_otel.wire._js import UNSET, js_string, utf8_bytes, well_formed
-from reproit_otel.wire.canonical import ordered_json
+from reproit_otel.wire._jsparse import js_json_parse
+from reproit_otel.wire.canonical import canonical_json, ordered_json
 from reproit_otel.wire.urls import url_path_and_query
 
 __all__ = [
@@ -52,6 +57,7 @@ __all__ = [
     "request_matches",
     "strict_equal",
     "try_json",
+    "wildcards_as_one",
 ]
 
 PLACEHOLDER_KEY: Final = "$reproit"
@@ -237,8 +243,11 @@ def matches(recorded: Any, live: Any) -> bool:
 def operation_key(protocol: Any, request: Any) -> str:
     """The key that orders exchanges of one operation (PROTOCOL 7.2).
 
-    HTTP: ``String(method ?? "") + " " + url_path_and_query(url)``; any other protocol:
-    ``String(text ?? "")``. A missing request counts as an empty one.
+    HTTP: ``String(method ?? "") + " " + url_path_and_query(url)``; ``invoke``:
+    ``tool + " " + op + " " + canonical_json(input)`` with every placeholder object written
+    as ``{"$reproit":true}`` (or ``sha256:<inputSha256>`` in place of an input kept only by
+    its identity); any other protocol: ``String(text ?? "")``. A missing request counts as
+    an empty one.
     """
     fields: Mapping[str, Any] = request if isinstance(request, Mapping) else {}
     if protocol == "http":
@@ -247,7 +256,55 @@ def operation_key(protocol: Any, request: Any) -> str:
             + " "
             + url_path_and_query(fields.get("url", UNSET))
         )
+    if protocol == "invoke":
+        return (
+            _string_or_empty(fields.get("tool", UNSET))
+            + " "
+            + _string_or_empty(fields.get("op", UNSET))
+            + " "
+            + _invoke_input_key(fields)
+        )
     return _string_or_empty(fields.get("text", UNSET))
+
+
+_WILDCARD: Final = {PLACEHOLDER_KEY: True}
+
+
+def _invoke_input_key(fields: Mapping[str, Any]) -> str:
+    value = fields.get("input", UNSET)
+    if value is UNSET:
+        digest = fields.get("inputSha256", UNSET)
+        return "" if digest is UNSET or digest is None else "sha256:" + js_string(digest)
+    return canonical_json(wildcards_as_one(value))
+
+
+def wildcards_as_one(value: Any) -> Any:
+    """A copy of ``value`` where every placeholder object reads ``{"$reproit": true}``.
+
+    A placeholder says what was redacted (its type and length); two recordings of one call
+    made with secrets of different lengths must still share an operation key.
+    """
+    if not isinstance(value, (Mapping, list, tuple)):
+        return value
+    if isinstance(value, Mapping) and js_truthy(value.get(PLACEHOLDER_KEY, UNSET)):
+        return dict(_WILDCARD)
+    root: Any = {} if isinstance(value, Mapping) else []
+    stack: list[tuple[Any, Any]] = [(value, root)]
+    while stack:
+        source, target = stack.pop()
+        pairs = source.items() if isinstance(source, Mapping) else enumerate(source)
+        for key, child in pairs:
+            copy = child
+            if isinstance(child, Mapping) and js_truthy(child.get(PLACEHOLDER_KEY, UNSET)):
+                copy = dict(_WILDCARD)
+            elif isinstance(child, (Mapping, list, tuple)):
+                copy = {} if isinstance(child, Mapping) else []
+                stack.append((child, copy))
+            if isinstance(target, dict):
+                target[key] = copy
+            else:
+                target.append(copy)
+    return root
 
 
 def _string_or_empty(value: Any) -> str:
@@ -269,6 +326,13 @@ def request_matches(protocol: Any, recorded: Any, probe: Any) -> bool:
         if url_path_and_query(want.get("url", UNSET)) != url_path_and_query(got.get("url", UNSET)):
             return False
         return matches(want.get("body", UNSET), got.get("body", UNSET))
+    if protocol == "invoke":
+        for name in ("tool", "op"):
+            if not strict_equal(want.get(name, UNSET), got.get(name, UNSET)):
+                return False
+        if "input" in want or "inputSha256" not in want:
+            return "input" in got and matches(want.get("input", UNSET), got["input"])
+        return strict_equal(want["inputSha256"], got.get("inputSha256", UNSET))
     if not strict_equal(want.get("text", UNSET), got.get("text", UNSET)):
         return False
     return matches(want.get("values", UNSET), got.get("values", UNSET))
@@ -377,21 +441,18 @@ def body_delta(recorded: Any, live: Any) -> dict[str, Any] | None:
     return {"kind": "byte", "offset": offset}
 
 
-def _reject_constant(token: str) -> Any:
-    raise ValueError(f"{token} is not JSON")
-
-
 def try_json(text: Any, content_type: Any) -> Any:
     """A live request body as recorded: parsed JSON when ``content_type`` says JSON.
 
     When ``content_type`` is a string containing ``application/json`` and ``text`` parses as
-    JSON (``JSON.parse`` rules: no ``NaN``/``Infinity`` tokens), the parsed value; otherwise
+    JSON (``JSON.parse`` rules: no ``NaN``/``Infinity`` tokens, every number a double), the
+    parsed value; otherwise
     ``text`` unchanged.
     """
     if isinstance(content_type, str) and "application/json" in content_type:
         source = text if isinstance(text, str) else js_string(text)
         try:
-            return json.loads(source, parse_constant=_reject_constant)
-        except (ValueError, RecursionError):
+            return js_json_parse(source)
+        except ValueError:
             return text
     return text

@@ -31,15 +31,15 @@ divergence line.
 
 from __future__ import annotations
 
-import json
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypedDict
 
 from reproit_otel.errors import CapsuleError, DivergedError, RecordedPgError
 from reproit_otel.wire._js import UNSET, is_js_integer, js_string, utf8_bytes
+from reproit_otel.wire._jsparse import js_json_parse
 from reproit_otel.wire.matching import (
     body_delta,
     js_items,
@@ -49,6 +49,7 @@ from reproit_otel.wire.matching import (
     request_matches,
     strict_equal,
 )
+from reproit_otel.wire.redaction import redact, redact_url, scrub_value
 
 __all__ = [
     "CAPTURE_FORMAT",
@@ -62,6 +63,7 @@ __all__ = [
     "ServedResponse",
     "divergence_line",
     "divergence_report",
+    "live_redactor",
     "pg_probe",
     "serve_http",
     "serve_pg",
@@ -87,6 +89,31 @@ LiveRedactor = Callable[[str, dict[str, Any]], dict[str, Any]]
 
 DivergenceCallback = Callable[[str], None]
 """Receives each divergence line (without a trailing newline) as it is produced."""
+
+
+def live_redactor(secrets: Iterable[str] | Callable[[], Iterable[str]] = ()) -> LiveRedactor:
+    """A :data:`LiveRedactor` applying to live probes what capture applied to exchanges (D8).
+
+    HTTP probes: secret query parameter values in ``url`` become ``$reproit`` and the body
+    goes through key-name redaction; every string of the probe (``url``, ``body``, and for
+    ``pg`` the statement ``text`` and ``values``) then has the configured secret values
+    replaced. ``secrets`` is the list of secret values, or a callable returning the current
+    list (read at each call, so secrets registered later still apply).
+    """
+
+    def redact_probe(protocol: str, probe: dict[str, Any]) -> dict[str, Any]:
+        values = list(secrets() if callable(secrets) else secrets)
+        redacted = dict(probe)
+        if protocol == "http":
+            url = redacted.get("url", UNSET)
+            if isinstance(url, str):
+                redacted["url"] = redact_url(url)
+            if "body" in redacted:
+                redacted["body"] = redact(redacted["body"])
+        result = scrub_value(redacted, values)
+        return result if isinstance(result, dict) else redacted
+
+    return redact_probe
 
 
 class PgResult(TypedDict):
@@ -132,10 +159,6 @@ class _Entry:
         if isinstance(self.exchange, Mapping):
             return self.exchange.get("request", UNSET)
         return UNSET
-
-
-def _reject_constant(token: str) -> Any:
-    raise ValueError(f"{token} is not valid JSON")
 
 
 def _check_capsule(capsule: Any) -> None:
@@ -226,8 +249,8 @@ class ReplaySession:
     ) -> ReplaySession:
         """Parse capsule JSON text (``JSON.parse`` rules) and check it as :meth:`load` does."""
         try:
-            capsule = json.loads(text, parse_constant=_reject_constant)
-        except (ValueError, RecursionError) as error:
+            capsule = js_json_parse(text)
+        except ValueError as error:
             raise CapsuleError(
                 f"the REPROIT_REPLAY file {source} is not JSON ({error}); "
                 "expected a reproit-backend-capture payload"

@@ -18,7 +18,13 @@ import pytest
 
 from reproit_otel.errors import CapsuleError, DivergedError, RecordedPgError
 from reproit_otel.wire._js import UNSET
-from reproit_otel.wire.replay import ReplaySession, serve_http, serve_pg, split_chunks
+from reproit_otel.wire.replay import (
+    ReplaySession,
+    live_redactor,
+    serve_http,
+    serve_pg,
+    split_chunks,
+)
 from tests.vectors import golden_cases
 
 DIVERGENCE_CASES = golden_cases("divergence.json")
@@ -191,3 +197,39 @@ def test_live_redactor_runs_before_matching_and_reporting() -> None:
     serve_http(session, {"method": "POST", "url": "http://x/p?token=s3cret"})
     assert "s3cret" not in session.divergence_lines[0]
     assert '"url":"http://x/p?token=REDACTED"' in session.divergence_lines[0]
+
+
+def test_default_live_redactor_matches_a_redacted_capture() -> None:
+    placeholder = {"$reproit": {"redacted": True, "type": "string", "length": 6}}
+    http_exchange = {
+        "protocol": "http",
+        "request": {
+            "method": "POST",
+            "url": "http://svc/p?api_key=$reproit&q=1",
+            "body": {"password": placeholder, "note": "key $reproit"},
+        },
+        "response": {"status": 200, "body": "ok"},
+    }
+    pg_exchange = {
+        "protocol": "pg",
+        "request": {"text": "SELECT '$reproit'", "values": ["$reproit"]},
+        "response": {"command": "SELECT", "rowCount": 0, "rows": []},
+    }
+    secrets = ["hunter22"]
+    session = ReplaySession(
+        _capsule(http_exchange, pg_exchange), live_redactor=live_redactor(lambda: secrets)
+    )
+    probe = {
+        "method": "POST",
+        "url": "http://127.0.0.1:5000/p?api_key=abc123&q=1",
+        "body": {"password": "hunter", "note": "key hunter22"},
+    }
+    assert serve_http(session, probe).body_text == "ok"
+    assert serve_pg(session, "SELECT 'hunter22'", ["hunter22"])["command"] == "SELECT"
+    serve_http(session, {**probe, "body": {"password": "hunter22", "note": "other"}})
+    assert session.divergence_lines == [
+        'REPROIT:DIVERGENCE {"protocol":"http","got":{"method":"POST",'
+        '"url":"http://127.0.0.1:5000/p?api_key=$reproit&q=1","body":{"password":'
+        '{"$reproit":{"redacted":true,"type":"string","length":8}},"note":"other"}},'
+        '"expected":null,"consumed":2,"total":2}'
+    ]
