@@ -30,7 +30,9 @@ What happens to an operation (PROTOCOL sections 5.3 and 5.4, decisions D3 and D5
    once; anything else (5xx, refused connection, timeout) waits ``200 × (attempt + 1)`` ms
    and tries again. A batch that was
    given up counts in ``failed_batches`` and ``dropped_operations``. A batch that cannot be
-   built (a defect) counts in ``dropped_operations`` and is logged.
+   built (a defect) counts in ``dropped_operations`` and is logged. Delivery problems are
+   logged through the ``reproit_otel`` logger: the first five of each kind, then every 100th,
+   so an ingest that is down cannot flood the application's logs.
 
 Our own traffic is neither recorded nor traced: uploads go through the standard library's
 ``http.client`` (no recorder patches it) inside OpenTelemetry's ``suppress_instrumentation``
@@ -87,6 +89,8 @@ MIN_FLUSH_INTERVAL_MS = 100
 MAX_RETRY_LIMIT = 5
 DEFAULT_EXIT_FLUSH_TIMEOUT_S = 2.0
 USER_AGENT = "reproit-otel-uploader"
+_FIRST_WARNINGS = 5
+_THEN_EVERY_WARNING = 100
 
 
 def backoff_ms(attempt: int) -> int:
@@ -211,6 +215,7 @@ class Uploader:
         self._batch_number = 0
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._warnings: dict[str, int] = {}
 
     def _after_fork_in_child(self) -> None:
         # The parent keeps (and sends) what it queued; the child starts empty with its own
@@ -302,6 +307,9 @@ class Uploader:
     def close(self, timeout: float | None = None) -> bool:
         """Flush (bounded by ``timeout``, default the exit bound) and stop the thread.
 
+        What is still queued after the timeout is left unsent (``stats()["queued"]``); a
+        batch being sent is abandoned at its next retry pause.
+
         After the interpreter-exit flush has run, the flush is not attempted again, so a
         tracer provider shut down at exit adds no second wait.
         """
@@ -338,7 +346,7 @@ class Uploader:
     def _wait_for_work(self) -> bool:
         with self._cond:
             while True:
-                if self._closed and not self._queue:
+                if self._closed:
                     return False
                 if self._queue and (self._flush_requested or self._closed):
                     break
@@ -354,7 +362,7 @@ class Uploader:
     def _drain(self) -> None:
         while True:
             with self._cond:
-                if not self._queue:
+                if not self._queue or self._stop.is_set():
                     self._sending = False
                     self._cond.notify_all()
                     return
@@ -395,15 +403,28 @@ class Uploader:
             if status is not None and 200 <= status < 300:
                 return True
             if status is not None and 400 <= status < 500:
-                _log.warning(
+                self._warn(
+                    "refused",
                     "reproit-otel: the ingest refused a capture batch with HTTP %d; not retried",
                     status,
                 )
                 return False
             if attempt < limit and self._stop.wait(backoff_ms(attempt) / 1000):
                 return False
-        _log.warning("reproit-otel: a capture batch could not be delivered to %s", self._target())
+        self._warn(
+            "undelivered",
+            "reproit-otel: a capture batch could not be delivered to %s",
+            self._target(),
+        )
         return False
+
+    def _warn(self, kind: str, message: str, *args: object) -> None:
+        """Log a delivery problem: the first few of each kind, then every 100th."""
+        count = self._warnings.get(kind, 0) + 1
+        self._warnings[kind] = count
+        if count <= _FIRST_WARNINGS or count % _THEN_EVERY_WARNING == 0:
+            suffix = f" (occurrence {count})" if count > 1 else ""
+            _log.warning(message + suffix, *args)
 
     def _target(self) -> str:
         parts = urlsplit(self.settings.endpoint)
