@@ -264,12 +264,14 @@ class StubConnection:
         return cur
 
     def commit(self) -> None:
-        """Accepted; nothing to commit."""
+        """Accepted; nothing to commit (the transaction state returns to idle)."""
         self._check()
+        self._reproit_end()
 
     def rollback(self) -> None:
-        """Accepted; nothing to roll back."""
+        """Accepted; nothing to roll back (the transaction state returns to idle)."""
         self._check()
+        self._reproit_end()
 
     def close(self) -> None:
         """Mark the connection closed."""
@@ -286,7 +288,25 @@ class StubConnection:
             self.rollback()
 
     def get_transaction_status(self) -> int:
-        return int(_ext.TRANSACTION_STATUS_IDLE)
+        return self._reproit_tx
+
+    _reproit_tx = int(_ext.TRANSACTION_STATUS_IDLE)
+
+    def _reproit_statement(self, failed: bool) -> None:
+        """Follow the transaction state a live connection would be in after a statement."""
+        if self.autocommit:
+            return
+        if failed:
+            self._reproit_tx = int(_ext.TRANSACTION_STATUS_INERROR)
+        elif self._reproit_tx == _ext.TRANSACTION_STATUS_IDLE:
+            self._reproit_tx = int(_ext.TRANSACTION_STATUS_INTRANS)
+        self.status = _ext.STATUS_BEGIN
+        self.info.transaction_status = self._reproit_tx
+
+    def _reproit_end(self) -> None:
+        self._reproit_tx = int(_ext.TRANSACTION_STATUS_IDLE)
+        self.status = _ext.STATUS_READY
+        self.info.transaction_status = self._reproit_tx
 
     def get_parameter_status(self, name: str) -> str | None:
         return _PARAMETERS.get(name)
@@ -410,6 +430,18 @@ class StubCursor:
         if getattr(self.connection, "closed", 0):
             raise psycopg2.InterfaceError("connection already closed")
 
+    def _serve(self, text: str, values: Any) -> Mapping[str, Any]:
+        note = getattr(self.connection, "_reproit_statement", None)
+        try:
+            response = serve(text, values)
+        except psycopg2.Error:
+            if note is not None:
+                note(True)
+            raise
+        if note is not None:
+            note(False)
+        return response
+
     def _load(self, response: Mapping[str, Any]) -> None:
         columns = response.get("columns", UNSET)
         rows = response.get("rows")
@@ -443,13 +475,13 @@ class StubCursor:
         text = statement_text(query, offline.render)
         values = None if vars is None else encode_params(vars)
         self.query = _query_bytes(query, vars)
-        self._load(serve(text, values))
+        self._load(self._serve(text, values))
 
     def executemany(self, query: Any, vars_list: Any) -> None:
         """Serve the statement run once per parameter set (one recorded exchange)."""
         self._check()
         text = statement_text(query, offline.render)
-        self._load(serve(text, [encode_params(item) for item in vars_list]))
+        self._load(self._serve(text, [encode_params(item) for item in vars_list]))
         self._reproit_rows = None
         self.description = None
 
@@ -457,7 +489,7 @@ class StubCursor:
         """Serve a function call recorded as ``SELECT * FROM name(...)``."""
         self._check()
         text = callproc_text(str(procname), parameters)
-        self._load(serve(text, None if parameters is None else encode_params(parameters)))
+        self._load(self._serve(text, None if parameters is None else encode_params(parameters)))
         return parameters
 
     def mogrify(self, query: Any, vars: Any = None) -> bytes:
