@@ -15,7 +15,8 @@ production.
 
 from __future__ import annotations
 
-from typing import Final
+import random
+from typing import Any, Final
 
 from reproit_otel.wire._js import js_trim
 
@@ -48,15 +49,33 @@ def parse_seed(seed: str) -> int:
     return int(digits, 16) | 1
 
 
-class ReplayRNG:
+class ReplayRNG(random.Random):
     """The xorshift64* stream behind a capsule's ``replaySeed``.
 
     ``random()`` returns floats in ``[0, 1)``; ``draw53()`` the underlying 53-bit integers;
-    ``getrandbits(k)`` builds ``k`` bits from 32-bit slices of ``random()``.
+    ``getrandbits(k)`` builds ``k`` bits from 32-bit slices of ``random()``. As a
+    :class:`random.Random`, every other method (``randint``, ``choice``, ``uniform``,
+    ``shuffle``...) draws from this stream, so replay can bind the :mod:`random` module
+    functions to one instance. Reseeding is a no-op: the capsule's seed stays in charge.
     """
 
     def __init__(self, seed: str) -> None:
         self._state = parse_seed(seed)
+        super().__init__()
+
+    def seed(self, *args: Any, **kwargs: Any) -> None:
+        """Ignored: the stream keeps following the capsule's seed."""
+
+    def getstate(self) -> tuple[Any, ...]:
+        """The xorshift state, for :meth:`setstate`."""
+        return ("reproit-xorshift64*", self._state, self.gauss_next)
+
+    def setstate(self, state: tuple[Any, ...]) -> None:
+        """Restore a state returned by :meth:`getstate`."""
+        if len(state) != 3 or state[0] != "reproit-xorshift64*":
+            raise ValueError("not a ReplayRNG state")
+        self._state = int(state[1])
+        self.gauss_next = state[2]
 
     def draw53(self) -> int:
         """Advance the state and return the next 53-bit draw."""

@@ -45,3 +45,18 @@ def test_getrandbits_joins_32_bit_slices_and_keeps_the_top_bits() -> None:
     assert bits.getrandbits(40) == ((first << 32) | second) >> 24
     assert ReplayRNG("00ff00ff00ff00ff").getrandbits(32) == first
     assert ReplayRNG("00ff00ff00ff00ff").getrandbits(0) == 0
+
+
+def test_random_api_draws_from_the_stream_and_ignores_reseeding() -> None:
+    reference = ReplayRNG("00ff00ff00ff00ff")
+    expected = [reference.random() for _ in range(3)]
+    rng = ReplayRNG("00ff00ff00ff00ff")
+    rng.seed(12345)
+    assert [rng.random() for _ in range(3)] == expected
+    state = rng.getstate()
+    drawn = [rng.randint(1, 6), rng.choice("abcdef"), rng.uniform(0, 1)]
+    rng.setstate(state)
+    assert [rng.randint(1, 6), rng.choice("abcdef"), rng.uniform(0, 1)] == drawn
+    items = list(range(10))
+    rng.shuffle(items)
+    assert sorted(items) == list(range(10))
