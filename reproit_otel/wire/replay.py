@@ -25,8 +25,8 @@ capsule file is the one piece of I/O in the wire layer.
 
 Redaction (decision D8): a capture may have had secret URL query values and configured secret
 strings replaced by placeholders. Give the session a ``live_redactor`` that applies the same
-redaction to each live probe; probes are redacted before matching and before they appear in a
-divergence line.
+redaction to each live probe (:func:`live_redactor` builds one from the secret values);
+probes are redacted before matching and before they appear in a divergence line.
 """
 
 from __future__ import annotations
