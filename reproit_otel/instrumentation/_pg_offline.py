@@ -34,20 +34,11 @@ def quote(value: Any) -> bytes:
     if isinstance(value, list):
         if not value:
             return b"'{}'"
-        return b"ARRAY[" + b",".join(_array_item(item) for item in value) + b"]"
+        return b"ARRAY[" + b",".join(quote(item) for item in value) + b"]"
     if isinstance(value, tuple):
         return b"(" + b", ".join(quote(item) for item in value) + b")"
     quoted = _ext.adapt(value).getquoted()
     return quoted if isinstance(quoted, bytes) else str(quoted).encode("utf-8")
-
-
-def _array_item(value: Any) -> bytes:
-    # Nested lists are the inner dimensions of one array: psycopg2 writes them bare.
-    if isinstance(value, list):
-        if not value:
-            return b"'{}'"
-        return b"[" + b",".join(_array_item(item) for item in value) + b"]"
-    return quote(value)
 
 
 def quote_ident(name: str) -> str:
@@ -79,5 +70,9 @@ def mogrify(query: Any, params: Any = None) -> bytes:
     if params is None:
         return text
     if isinstance(params, Mapping):
-        return text % {key: quote(value) for key, value in params.items()}
+        # bytes formatting looks %(name)s up with bytes keys
+        return text % {
+            (key.encode("utf-8") if isinstance(key, str) else key): quote(value)
+            for key, value in params.items()
+        }
     return text % tuple(quote(value) for value in params)
