@@ -20,7 +20,7 @@ from typing import Any
 
 from reproit_otel.wire._js import UNSET, js_number_to_string, js_string, utf16_key, well_formed
 
-__all__ = ["canonical_json", "canonical_json_bytes", "json_string", "ordered_json"]
+__all__ = ["canonical_json", "canonical_json_bytes", "js_items", "json_string", "ordered_json"]
 
 _ESCAPES = {
     '"': '\\"',
@@ -61,12 +61,33 @@ def _scalar(value: Any) -> str:
     raise TypeError(f"cannot encode a {type(value).__name__} as JSON")
 
 
-def _members(value: Mapping[Any, Any], sort: bool) -> list[tuple[str, Any]]:
+_MAX_ARRAY_INDEX = 2**32 - 2
+
+
+def _is_array_index(key: str) -> bool:
+    if not key or not key.isascii() or not key.isdigit():
+        return False
+    return (key == "0" or key[0] != "0") and int(key) <= _MAX_ARRAY_INDEX
+
+
+def js_items(mapping: Mapping[Any, Any]) -> list[tuple[str, Any]]:
+    """The items of ``mapping`` in JavaScript property order, keys as strings.
+
+    A JavaScript object enumerates its array-index keys (``"0"`` … ``"4294967294"``) first,
+    in ascending numeric order, then every other key in insertion order.
+    """
     items = [
-        (key if isinstance(key, str) else js_string(key), child)
-        for key, child in value.items()
-        if child is not UNSET
+        (key if isinstance(key, str) else js_string(key), child) for key, child in mapping.items()
     ]
+    indexes = [item for item in items if _is_array_index(item[0])]
+    if not indexes:
+        return items
+    names = [item for item in items if not _is_array_index(item[0])]
+    return sorted(indexes, key=lambda item: int(item[0])) + names
+
+
+def _members(value: Mapping[Any, Any], sort: bool) -> list[tuple[str, Any]]:
+    items = [(key, child) for key, child in js_items(value) if child is not UNSET]
     if sort:
         items.sort(key=lambda item: utf16_key(item[0]))
     return items
@@ -124,5 +145,8 @@ def canonical_json_bytes(value: Any) -> bytes:
 
 
 def ordered_json(value: Any) -> str:
-    """``JSON.stringify`` text of ``value`` (PROTOCOL 1.2): compact, keys in insertion order."""
+    """``JSON.stringify`` text of ``value`` (PROTOCOL 1.2): compact, keys in insertion order.
+
+    As in JavaScript, array-index keys (``"0"``, ``"17"``) come first in numeric order.
+    """
     return _encode(value, sort=False)

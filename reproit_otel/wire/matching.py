@@ -42,14 +42,13 @@ from typing import Any, Final
 
 from reproit_otel.wire._js import UNSET, js_string, utf8_bytes, well_formed
 from reproit_otel.wire._jsparse import js_json_parse
-from reproit_otel.wire.canonical import canonical_json, ordered_json
+from reproit_otel.wire.canonical import canonical_json, js_items, ordered_json
 from reproit_otel.wire.urls import url_path_and_query
 
 __all__ = [
     "PLACEHOLDER_KEY",
     "body_delta",
     "js_items",
-    "js_property_order",
     "js_stringify",
     "js_truthy",
     "matches",
@@ -342,55 +341,9 @@ def _body_bytes(value: Any) -> bytes:
     return utf8_bytes(value if isinstance(value, str) else js_stringify(value))
 
 
-_MAX_ARRAY_INDEX: Final = 2**32 - 2
-
-
-def _is_array_index_key(key: str) -> bool:
-    if not key or not key.isascii() or not key.isdigit():
-        return False
-    return (key == "0" or key[0] != "0") and int(key) <= _MAX_ARRAY_INDEX
-
-
-def js_items(mapping: Mapping[Any, Any]) -> list[tuple[Any, Any]]:
-    """The items of ``mapping`` in JavaScript property order (array-index keys first)."""
-    items = list(mapping.items())
-    indexes = [item for item in items if isinstance(item[0], str) and _is_array_index_key(item[0])]
-    if not indexes:
-        return items
-    names = [
-        item for item in items if not (isinstance(item[0], str) and _is_array_index_key(item[0]))
-    ]
-    return sorted(indexes, key=lambda item: int(item[0])) + names
-
-
-def js_property_order(value: Any) -> Any:
-    """A copy of ``value`` whose objects list their keys as a JavaScript object would.
-
-    JavaScript objects enumerate integer-like keys (array indexes) first, in ascending
-    order, then the other keys in insertion order; ``JSON.stringify`` writes them so.
-    """
-    if not isinstance(value, (Mapping, list, tuple)):
-        return value
-    root: Any = {} if isinstance(value, Mapping) else []
-    stack: list[tuple[Any, Any]] = [(value, root)]
-    while stack:
-        source, target = stack.pop()
-        pairs = js_items(source) if isinstance(source, Mapping) else list(enumerate(source))
-        for key, child in pairs:
-            copy = child
-            if isinstance(child, (Mapping, list, tuple)):
-                copy = {} if isinstance(child, Mapping) else []
-                stack.append((child, copy))
-            if isinstance(target, dict):
-                target[key] = copy
-            else:
-                target.append(copy)
-    return root
-
-
 def js_stringify(value: Any) -> str:
-    """``JSON.stringify(value)``: insertion-order JSON with JavaScript's key order."""
-    return ordered_json(js_property_order(value))
+    """``JSON.stringify(value)``: the same text as :func:`ordered_json`."""
+    return ordered_json(value)
 
 
 def _chat_messages(value: Any) -> list[Any] | None:
