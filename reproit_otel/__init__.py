@@ -26,6 +26,7 @@ from reproit_otel._version import __version__
 _EXPORTS: dict[str, str] = {
     "AGENT_ORACLES": "reproit_otel.wire.trace",
     "BackendTrace": "reproit_otel.wire.trace",
+    "BatchValidationError": "reproit_otel.wire.batch_vocabulary",
     "CAPTURE_FORMAT": "reproit_otel.wire.capsule",
     "CAPTURE_VERSION": "reproit_otel.wire.capsule",
     "CapsuleError": "reproit_otel.errors",
@@ -36,6 +37,7 @@ _EXPORTS: dict[str, str] = {
     "MissingFixtureError": "reproit_otel.errors",
     "ORACLE_MARKER_RESOURCE": "reproit_otel.wire.trace",
     "PLACEHOLDER_KEY": "reproit_otel.wire.redaction",
+    "RecordedPgError": "reproit_otel.errors",
     "ReplayRNG": "reproit_otel.wire.rng",
     "ReplaySession": "reproit_otel.wire.replay",
     "ReproitError": "reproit_otel.errors",
@@ -53,11 +55,15 @@ _EXPORTS: dict[str, str] = {
     "build_capture_batch": "reproit_otel.wire.batch",
     "canonical_json": "reproit_otel.wire.canonical",
     "capsule_from_batch": "reproit_otel.wire.capsule",
+    "capsule_text": "reproit_otel.wire.capsule",
     "capture_eligibility": "reproit_otel.wire.batch",
     "capture_payload": "reproit_otel.wire.payload",
+    "divergence_line": "reproit_otel.wire.replay",
+    "divergence_report": "reproit_otel.wire.replay",
     "http_input": "reproit_otel.wire.inputs",
     "identity": "reproit_otel.wire.trace",
     "is_secret_key": "reproit_otel.wire.redaction",
+    "is_token": "reproit_otel.wire.batch",
     "load_capsule": "reproit_otel.wire.capsule",
     "marked_oracle": "reproit_otel.wire.trace",
     "matches": "reproit_otel.wire.matching",
@@ -71,9 +77,12 @@ _EXPORTS: dict[str, str] = {
     "serve_http": "reproit_otel.wire.replay",
     "serve_pg": "reproit_otel.wire.replay",
     "trace_context_from_headers": "reproit_otel.wire.trace",
+    "try_json": "reproit_otel.wire.matching",
     "url_path_and_query": "reproit_otel.wire.urls",
     "validate_capsule": "reproit_otel.wire.capsule",
+    "validate_capture_batch": "reproit_otel.wire.validate",
 }
+
 
 __all__ = [
     "AGENT_ORACLES",
@@ -85,12 +94,14 @@ __all__ = [
     "SERVER_ERROR_ORACLE",
     "UNSET",
     "BackendTrace",
+    "BatchValidationError",
     "CapsuleError",
     "CaptureEnvironment",
     "CaptureSettings",
     "ConfigurationError",
     "DivergedError",
     "MissingFixtureError",
+    "RecordedPgError",
     "ReplayRNG",
     "ReplaySession",
     "ReproitError",
@@ -106,11 +117,15 @@ __all__ = [
     "build_capture_batch",
     "canonical_json",
     "capsule_from_batch",
+    "capsule_text",
     "capture_eligibility",
     "capture_payload",
+    "divergence_line",
+    "divergence_report",
     "http_input",
     "identity",
     "is_secret_key",
+    "is_token",
     "load_capsule",
     "marked_oracle",
     "matches",
@@ -124,8 +139,10 @@ __all__ = [
     "serve_http",
     "serve_pg",
     "trace_context_from_headers",
+    "try_json",
     "url_path_and_query",
     "validate_capsule",
+    "validate_capture_batch",
 ]
 
 
@@ -148,6 +165,7 @@ if TYPE_CHECKING:  # pragma: no cover - static types of the lazily loaded names
         ConfigurationError,
         DivergedError,
         MissingFixtureError,
+        RecordedPgError,
         ReproitError,
         ToolCallError,
         TraceError,
@@ -160,6 +178,10 @@ if TYPE_CHECKING:  # pragma: no cover - static types of the lazily loaded names
         CaptureSettings,
         build_capture_batch,
         capture_eligibility,
+        is_token,
+    )
+    from reproit_otel.wire.batch_vocabulary import (
+        BatchValidationError,
     )
     from reproit_otel.wire.bounds import (
         StreamBoundaries,
@@ -174,6 +196,7 @@ if TYPE_CHECKING:  # pragma: no cover - static types of the lazily loaded names
         CAPTURE_FORMAT,
         CAPTURE_VERSION,
         capsule_from_batch,
+        capsule_text,
         load_capsule,
         validate_capsule,
     )
@@ -185,6 +208,7 @@ if TYPE_CHECKING:  # pragma: no cover - static types of the lazily loaded names
         body_delta,
         matches,
         operation_key,
+        try_json,
     )
     from reproit_otel.wire.payload import (
         capture_payload,
@@ -200,6 +224,8 @@ if TYPE_CHECKING:  # pragma: no cover - static types of the lazily loaded names
     from reproit_otel.wire.replay import (
         ReplaySession,
         ServedResponse,
+        divergence_line,
+        divergence_report,
         serve_http,
         serve_pg,
     )
@@ -219,4 +245,7 @@ if TYPE_CHECKING:  # pragma: no cover - static types of the lazily loaded names
     )
     from reproit_otel.wire.urls import (
         url_path_and_query,
+    )
+    from reproit_otel.wire.validate import (
+        validate_capture_batch,
     )
