@@ -49,8 +49,10 @@ from reproit_otel.instrumentation._pg_common import (
 )
 from reproit_otel.instrumentation._pg_record import RecordingConnection, RecordingCursor
 from reproit_otel.instrumentation._pg_values import column_keys, decode_value, encode_params
+from reproit_otel.recording import registered_secret_values
 from reproit_otel.replay.session import active_session, report_divergence
 from reproit_otel.wire._js import UNSET
+from reproit_otel.wire.redaction import scrub_value
 from reproit_otel.wire.replay import PG_DIVERGED_MESSAGE, ReplaySession, pg_probe
 
 __all__ = [
@@ -68,6 +70,21 @@ SERVER_VERSION = 150000
 
 
 # ---------------------------------------------------------------------------- serving
+
+_secret_values: tuple[str, ...] = ()
+
+
+def set_secret_values(values: tuple[str, ...]) -> None:
+    """The configured secret values to scrub from live statements before matching (D8)."""
+    global _secret_values
+    _secret_values = values
+
+
+def _live_probe(session: ReplaySession, probe: dict[str, Any]) -> dict[str, Any]:
+    # D8: the capture had configured secret values replaced in every recorded string (text
+    # and values alike); the live call gets the same treatment, then the session's own.
+    scrubbed: dict[str, Any] = scrub_value(probe, _secret_values + registered_secret_values())
+    return session.redact_probe("pg", scrubbed)
 
 
 def _session() -> ReplaySession:
@@ -87,7 +104,7 @@ def _report(session: ReplaySession, line: str | None) -> None:
 
 def _diverge(probe: dict[str, Any], message: str = PG_DIVERGED_MESSAGE) -> DivergedError:
     session = _session()
-    probe = session.redact_probe("pg", probe)
+    probe = _live_probe(session, probe)
     line = session.diverge("pg", probe)
     _report(session, line)
     return DivergedError(message, line=line)
@@ -96,7 +113,7 @@ def _diverge(probe: dict[str, Any], message: str = PG_DIVERGED_MESSAGE) -> Diver
 def serve(text: str, values: Any) -> Mapping[str, Any]:
     """The recorded response for a statement, or raise as the recording says."""
     session = _session()
-    probe = session.redact_probe("pg", pg_probe(text, UNSET if values is None else values))
+    probe = _live_probe(session, pg_probe(text, UNSET if values is None else values))
     exchange, line = session._match("pg", probe)
     if exchange is None:
         _report(session, line)

@@ -28,6 +28,9 @@ Python value           recorded as                                 note
 ``tuple``              ``{"$pg":"tuple","v":[...]}``
 ``dict``               a JSON object of encoded values             json/jsonb, hstore,
                                                                    ``RealDictRow``
+``dict`` whose keys    ``{"$pg":"dict","keys":[...],"v":{...}}``   capsules sort keys; this
+are not in sorted                                                  keeps the order (values
+order                                                              stay redactable by key)
 ``dict`` with a key    ``{"$pg":"map","v":[[k, v], ...]}``         keys that are not strings,
 that could be                                                      or are ``$pg``/``$reproit``
 mistaken for a tag
@@ -61,6 +64,8 @@ import math
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from reproit_otel.wire._js import utf16_key
 
 __all__ = [
     "TAG",
@@ -123,8 +128,13 @@ def encode_value(value: Any) -> Any:
     if isinstance(value, tuple) and not _is_record(value):
         return _tagged("tuple", [encode_value(item) for item in value])
     if isinstance(value, Mapping):
-        if all(isinstance(key, str) and key not in _RESERVED_KEYS for key in value):
-            return {key: encode_value(item) for key, item in value.items()}
+        keys = list(value)
+        if all(isinstance(key, str) and key not in _RESERVED_KEYS for key in keys):
+            encoded = {key: encode_value(item) for key, item in value.items()}
+            if keys == sorted(keys, key=utf16_key):
+                return encoded
+            # Capsules are canonical JSON (keys sorted): keep the order the application saw.
+            return _tagged("dict", encoded, keys=keys)
         return _tagged("map", [[encode_value(k), encode_value(v)] for k, v in value.items()])
     if isinstance(
         value,
@@ -188,7 +198,10 @@ def _encode_range(value: Any) -> dict[str, Any] | None:
         return None
     if value.isempty:
         return _tagged("range", None, type=name)
-    bounds = ("[" if value.lower_inc else "(") + ("]" if value.upper_inc else ")")
+    # The bounds as given (lower_inc/upper_inc hide them on an infinite side).
+    bounds = getattr(value, "_bounds", None)
+    if not isinstance(bounds, str):
+        bounds = ("[" if value.lower_inc else "(") + ("]" if value.upper_inc else ")")
     return _tagged(
         "range", [encode_value(value.lower), encode_value(value.upper), bounds], type=name
     )
@@ -279,6 +292,7 @@ _DECODERS: dict[str, Any] = {
     "uuid": lambda t: uuid.UUID(t["v"]),
     "tuple": lambda t: tuple(decode_value(item) for item in t["v"]),
     "map": lambda t: {_hashable(decode_value(k)): decode_value(v) for k, v in t["v"]},
+    "dict": lambda t: {key: decode_value(t["v"].get(key)) for key in t["keys"]},
     "range": _decode_range,
     "ip": _decode_ip,
 }

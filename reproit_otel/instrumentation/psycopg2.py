@@ -140,7 +140,9 @@ class Psycopg2ReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """Serve every psycopg2 connection from the active replay session (see the module doc).
 
     ``instrument()`` patches ``psycopg2._connect`` and the helpers that refuse a stub;
-    ``uninstrument()`` restores every original exactly.
+    ``uninstrument()`` restores every original exactly. ``instrument(secret_values=(...))``
+    names the values to scrub from live statements before matching (default: the configured
+    ``REPROIT_SECRET_VALUES``; values registered through ``reproit_otel.recording`` count too).
     """
 
     _patches: list[tuple[Any, str, Any]]
@@ -156,6 +158,12 @@ class Psycopg2ReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         from reproit_otel.instrumentation import _pg_offline, _pg_replay
 
         self._patches = []
+        secrets = kwargs.get("secret_values")
+        if secrets is None:
+            from reproit_otel.config import load_config
+
+            secrets = load_config().secret_values
+        _pg_replay.set_secret_values(tuple(secrets))
 
         def _connect(dsn: Any, connection_factory: Any = None, **_: Any) -> Any:
             cls = _pg_replay.replay_connection_class(connection_factory)

@@ -201,3 +201,40 @@ def test_offline_mogrify_matches_psycopg2(postgres_dsn: str) -> None:
             assert _pg_offline.render(composed) == composed.as_string(cur)
     finally:
         conn.close()
+
+
+def test_secrets_are_redacted_at_capture_and_still_match_in_replay(postgres_dsn: str) -> None:
+    from reproit_otel.recording import register_secret_values
+
+    register_secret_values(["pg-secret-4711"])
+
+    def app(password: str) -> Any:
+        def run(connect: Any) -> Any:
+            with connect().cursor() as cur:
+                cur.execute(
+                    "SELECT 'pg-secret-4711' AS motto, 'a@example.com' AS email,"
+                    " %(password)s = 'hunter2' AS ok",
+                    {"password": password},
+                )
+                return cur.fetchall()
+
+        return run
+
+    recorded = record(postgres_dsn, app("hunter2"))
+    placeholder = {"$reproit": {"redacted": True, "type": "string", "length": 7}}
+    assert recorded.exchanges[0]["request"] == {
+        "text": "SELECT '$reproit' AS motto, 'a@example.com' AS email,"
+        " %(password)s = 'hunter2' AS ok",
+        "values": {"password": placeholder},
+    }
+    assert recorded.exchanges[0]["response"]["rows"] == [
+        {
+            "motto": "$reproit",
+            "email": {"$reproit": {"redacted": True, "type": "string", "length": 13}},
+            "ok": True,
+        }
+    ]
+    replayed = replay(recorded.capsule(), app("another password"))
+    assert replayed.result == [
+        ("$reproit", {"$reproit": {"redacted": True, "type": "string", "length": 13}}, True)
+    ]
