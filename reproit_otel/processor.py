@@ -379,10 +379,10 @@ class ReproitSpanProcessor(SpanProcessor):
         key = (trace_id, span_id)
         evicted: list[Operation] = []
         with self._lock:
+            evicted = self._evict_locked()
             self._operations[key] = operation
             self._spans[key] = operation
             self._stats["scan_operations" if operation.scan else "capture_operations"] += 1
-            evicted = self._evict_locked()
         if inbound is not None:
             inbound.operation = operation
         for old in evicted:
@@ -406,7 +406,7 @@ class ReproitSpanProcessor(SpanProcessor):
         now = time.monotonic()
         while self._operations:
             key, oldest = next(iter(self._operations.items()))
-            too_many = len(self._operations) > self._max_operations
+            too_many = len(self._operations) >= self._max_operations  # room for one more
             if not too_many and now - oldest.created <= self._ttl:
                 break
             del self._operations[key]

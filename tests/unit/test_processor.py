@@ -1,0 +1,301 @@
+"""The span processor's bookkeeping, driven through a real SDK TracerProvider."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.sampling import Decision
+from opentelemetry.trace import NoOpTracerProvider, SpanKind
+
+from reproit_otel import _guard, bootstrap, recording
+from reproit_otel.config import read_config
+from reproit_otel.inbound import InboundRequest, inbound_scope
+from reproit_otel.processor import ReproitSpanProcessor
+from reproit_otel.wire.trace import BackendTrace
+
+EXCHANGE = {"protocol": "http", "request": {"method": "GET", "url": "http://api/a"}}
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.traces: list[BackendTrace] = []
+
+    def submit(self, trace: BackendTrace) -> None:
+        self.traces.append(trace)
+
+
+class Rig:
+    def __init__(self, environ: dict[str, str] | None = None, **options: Any) -> None:
+        self.sink = Sink()
+        self.processor = ReproitSpanProcessor(read_config(environ or {}), [self.sink], **options)
+        self.provider = TracerProvider()
+        self.provider.add_span_processor(self.processor)
+        self.tracer = self.provider.get_tracer("tests.processor")
+
+    def server(self, name: str = "GET /x", status: int = 500) -> Any:
+        method, path = name.split(" ", 1)
+        attributes: dict[str, Any] = {"http.request.method": method, "url.path": path}
+        attributes["http.response.status_code"] = status
+        return self.tracer.start_as_current_span(name, kind=SpanKind.SERVER, attributes=attributes)
+
+    def client(self, name: str = "GET", **attributes: Any) -> Any:
+        return self.tracer.start_as_current_span(name, kind=SpanKind.CLIENT, attributes=attributes)
+
+    def returned(self) -> dict[str, Any]:
+        [trace] = self.sink.traces
+        event: dict[str, Any] = trace.events[-1]
+        return event
+
+
+@pytest.fixture
+def rig() -> Iterator[Rig]:
+    made = Rig()
+    yield made
+    made.provider.shutdown()
+
+
+def record(key: str = "GET /a") -> None:
+    recorder = recording.start_exchange("requests")
+    assert recorder is not None
+    recorder.finish("call", resource="api", key=key, exchange=EXCHANGE)
+
+
+def test_no_operation_means_nothing_records(rig: Rig) -> None:
+    assert recording.start_exchange("requests") is None
+    assert recording.recording_enabled() is False
+    with rig.tracer.start_as_current_span("job"):
+        assert recording.start_exchange("requests") is None
+
+
+def test_suppressed_instrumentation_is_never_recorded(rig: Rig) -> None:
+    with rig.server():
+        assert recording.recording_enabled() is True
+        token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
+        try:
+            assert recording.start_exchange("requests") is None
+            assert recording.recording_enabled() is False
+        finally:
+            detach(token)
+    assert rig.returned()["effectsComplete"] is True
+
+
+def test_without_middleware_the_span_attributes_name_and_finish_the_operation(rig: Rig) -> None:
+    with rig.server("POST /orders", status=503), rig.client():
+        record()
+    [trace] = rig.sink.traces
+    events = trace.events
+    assert [(e["kind"], e["operation"]) for e in events] == [
+        ("start", "POST /orders"),
+        ("effect", "POST /orders"),
+        ("return", "POST /orders"),
+    ]
+    assert {k: events[-1][k] for k in ("status", "success", "effectsComplete", "output")} == {
+        "status": 503,
+        "success": False,
+        "effectsComplete": True,
+        "output": None,
+    }
+
+
+def test_a_transport_span_under_a_covered_client_span_is_covered(rig: Rig) -> None:
+    with rig.server(), rig.client("requests GET"):
+        recorder = recording.start_exchange("requests")
+        with rig.client("urllib3 GET"):
+            pass
+        assert recorder is not None
+        recorder.finish("call", resource="api", key="GET /a", exchange=EXCHANGE)
+    assert rig.returned()["effectsComplete"] is True
+
+
+def test_a_dependency_span_started_under_an_unbound_exchange_is_adopted(rig: Rig) -> None:
+    with rig.server():
+        recorder = recording.start_exchange("requests")  # bound to the server span
+        with rig.client("urllib3 GET"):
+            pass
+        assert recorder is not None
+        recorder.finish("call", resource="api", key="GET /a", exchange=EXCHANGE)
+    assert rig.returned()["effectsComplete"] is True
+
+
+def test_unrecorded_dependency_spans_make_effects_incomplete_with_their_reason(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="reproit_otel"), rig.server():
+        with rig.client("GET"):
+            pass
+        with rig.tracer.start_as_current_span("SELECT shop", attributes={"db.system": "redis"}):
+            pass
+    assert rig.returned()["effectsComplete"] is False
+    assert rig.processor.stats()["incomplete_reasons"] == {
+        "tests.processor: GET": 1,
+        "tests.processor: SELECT shop": 1,
+    }
+    assert sum("effects of 'GET /x' are incomplete" in r.getMessage() for r in caplog.records) == 2
+
+
+def test_failed_exchanges_and_unrecordable_calls_give_their_reason(rig: Rig) -> None:
+    with rig.server(), rig.client():
+        recorder = recording.start_exchange("requests")
+        assert recorder is not None
+        recorder.fail("body could not be read")
+        recording.mark_incomplete("psycopg2: copy_expert")
+    assert rig.returned()["effectsComplete"] is False
+    assert rig.processor.stats()["incomplete_reasons"] == {
+        "requests: body could not be read": 1,
+        "psycopg2: copy_expert": 1,
+    }
+
+
+def test_an_exchange_still_pending_at_the_response_is_incomplete(rig: Rig) -> None:
+    with rig.server():
+        recorder = recording.start_exchange("requests")
+    assert rig.returned()["effectsComplete"] is False
+    assert rig.processor.stats()["incomplete_reasons"] == {
+        "1 exchange(s) unfinished at the response": 1
+    }
+    assert recorder is not None
+    recorder.finish("call", resource="api", key="GET /late", exchange=EXCHANGE)  # ignored
+    assert [e["kind"] for e in rig.sink.traces[0].events] == ["start", "return"]
+
+
+def test_effects_after_the_response_keep_the_operation_from_the_sinks(rig: Rig) -> None:
+    inbound = InboundRequest("GET", "/x", {}, lambda name: None)
+    with inbound_scope(inbound), rig.server():
+        assert inbound.operation is not None
+        inbound.operation.finish(500, {"error": 1})
+        with rig.client("GET background"):
+            pass
+    assert rig.sink.traces == []
+    assert rig.processor.stats()["late_effect_operations"] == 1
+
+
+def test_never_mode_reports_incomplete_effects() -> None:
+    rig = Rig({"REPROIT_EFFECTS_COMPLETE": "never"})
+    with rig.server(), rig.client():
+        record()
+    assert rig.returned()["effectsComplete"] is False
+    rig.provider.shutdown()
+
+
+def test_secret_values_are_scrubbed_from_exchanges_keys_and_resources() -> None:
+    rig = Rig({"REPROIT_SECRET_VALUES": "s3cr3t-value"})
+    with rig.server(), rig.client():
+        recorder = recording.start_exchange("requests")
+        assert recorder is not None
+        exchange = {"protocol": "http", "request": {"body": "token is s3cr3t-value!"}}
+        recorder.finish(
+            "call", resource="s3cr3t-value.api", key="GET /?k=s3cr3t-value", exchange=exchange
+        )
+    effect = rig.sink.traces[0].events[1]
+    assert (effect["resource"], effect["key"], effect["exchange"]) == (
+        "$reproit.api",
+        "GET /?k=$reproit",
+        {"protocol": "http", "request": {"body": "token is $reproit!"}},
+    )
+    rig.provider.shutdown()
+
+
+def test_operations_past_the_limit_or_too_old_are_evicted() -> None:
+    rig = Rig(max_operations=2)
+    spans = [rig.tracer.start_span(f"GET /{n}", kind=SpanKind.SERVER) for n in range(3)]
+    assert rig.processor.stats()["evicted_operations"] == 1
+    for span in spans:
+        span.end()
+    assert [t.events[0]["operation"] for t in rig.sink.traces] == ["GET /1", "GET /2"]
+    rig.provider.shutdown()
+
+    old = Rig(operation_ttl_s=0.0)
+    first = old.tracer.start_span("GET /old", kind=SpanKind.SERVER)
+    old.tracer.start_span("GET /new", kind=SpanKind.SERVER).end()
+    first.end()
+    assert [t.events[0]["operation"] for t in old.sink.traces] == ["GET /new"]
+    old.provider.shutdown()
+
+
+def test_a_local_child_server_span_does_not_begin_another_operation(rig: Rig) -> None:
+    with rig.server(), rig.tracer.start_as_current_span("inner", kind=SpanKind.SERVER):
+        pass
+    assert len(rig.sink.traces) == 1
+
+
+def test_too_many_exchanges_are_refused_and_counted(rig: Rig) -> None:
+    with rig.server():
+        for number in range(300):
+            record(f"GET /{number}")
+    stats = rig.processor.stats()
+    assert (stats["exchanges_recorded"], stats["exchanges_lost"]) == (255, 45)
+    assert stats["incomplete_reasons"] == {
+        "exchange not recorded: TooManyEvents": 1,
+        "operation not finished: TooManyEvents": 1,
+    }
+
+
+def test_scan_context_needs_scan_mode_and_the_token() -> None:
+    headers = {"x-reproit-trace": "t-1", "x-reproit-scan-token": "tok"}
+    for environ, expected in (
+        ({}, None),
+        ({"REPROIT_SCAN": "1"}, "t-1"),
+        ({"REPROIT_SCAN": "1", "REPROIT_SCAN_TOKEN": "tok"}, "t-1"),
+        ({"REPROIT_SCAN": "1", "REPROIT_SCAN_TOKEN": "other"}, None),
+    ):
+        rig = Rig(environ, capture=False)
+        inbound = InboundRequest("GET", "/x", {}, headers.get)
+        with inbound_scope(inbound), rig.server():
+            pass
+        operation = inbound.operation
+        assert (operation.trace.trace_id if operation else None) == expected, environ
+        assert rig.sink.traces == []  # scan operations are never captured
+        rig.provider.shutdown()
+
+
+def test_guard_swallows_counts_or_reraises(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(_guard.STRICT_ENV, "0")
+    before = _guard.internal_errors().get("tests.guard", 0)
+
+    @_guard.guarded("tests.guard")
+    def broken() -> int:
+        raise ValueError("defect")
+
+    assert broken() is None
+    assert _guard.guard_call("tests.guard", int, "x", default=7) == 7
+    assert _guard.internal_errors()["tests.guard"] == before + 2
+    with pytest.raises(KeyboardInterrupt), _guard.guarded("tests.guard"):
+        raise KeyboardInterrupt
+    monkeypatch.setenv(_guard.STRICT_ENV, "1")
+    with pytest.raises(ValueError, match="defect"):
+        broken()
+
+
+@pytest.mark.parametrize(
+    ("arg", "decision"),
+    [
+        ("0", Decision.RECORD_ONLY),
+        ("1", Decision.RECORD_AND_SAMPLE),
+        (None, Decision.RECORD_AND_SAMPLE),
+    ],
+)
+def test_the_sampler_records_what_the_ratio_drops(arg: str | None, decision: Decision) -> None:
+    sampler = bootstrap.reproit_parentbased_traceidratio(arg)
+    result = sampler.should_sample(None, 0x1234, "GET /x")
+    assert result.decision is decision
+    assert sampler.get_description().startswith("RecordDropped{ParentBased{")
+
+
+def test_install_is_idempotent_and_needs_an_sdk_provider() -> None:
+    provider = TracerProvider()
+    config = read_config({})
+    try:
+        first = bootstrap.install(provider, config=config)
+        assert first is not None
+        assert bootstrap.install(provider, config=config) is first
+        assert bootstrap.install(NoOpTracerProvider(), config=config) is None
+        assert bootstrap.install(provider, config=read_config({"REPROIT_DISABLED": "1"})) is None
+    finally:
+        bootstrap.uninstall()
+        provider.shutdown()
+    assert recording.current_pipeline() is None
