@@ -28,8 +28,9 @@ What is recorded, per statement (one exchange each, PROTOCOL 4.4, decision D11):
   exception is re-raised unchanged with its traceback.
 
 ``copy_expert``/``copy_from``/``copy_to`` cannot be recorded: they mark the operation
-incomplete. A value with no encoding (or a scrolled server-side cursor) makes the exchange
-fail, which also marks the operation incomplete.
+incomplete, and so does a statement on an asynchronous (``async_=True``) connection. A value
+with no encoding (or a scrolled server-side cursor) makes the exchange fail, which also marks
+the operation incomplete.
 """
 
 from __future__ import annotations
@@ -260,6 +261,10 @@ class RecordingCursor(_ext.cursor):
     def _reproit_after(
         self, recorder: recording.ExchangeRecorder, request: dict[str, Any] | None
     ) -> None:
+        if getattr(self.connection, "async_", 0):
+            # The result arrives later through poll(); reading it here would break the caller.
+            recorder.fail("statements on asynchronous connections are not recorded")
+            return
         if self.name is None:
             _settle(recorder, request, lambda: _snapshot(self))
             return
