@@ -37,6 +37,7 @@ from typing import Any
 
 from reproit_otel.errors import ConfigurationError
 from reproit_otel.wire._js import js_number
+from reproit_otel.wire.batch import is_token
 
 __all__ = [
     "REPROIT_API_KEY",
@@ -221,11 +222,7 @@ def _path(raw: str) -> str | None:
 
 
 def _is_token(value: str) -> bool:
-    try:
-        from reproit_otel.wire.batch import is_token  # noqa: PLC0415 - optional at import
-    except ImportError:  # pragma: no cover - the wire layer always ships it
-        return bool(value.strip()) and not any(ch.isspace() for ch in value)
-    return bool(is_token(value))
+    return is_token(value)
 
 
 _SPOOL_MAX_DEFAULT = 16777216
