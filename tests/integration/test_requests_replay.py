@@ -92,12 +92,22 @@ def application(base: str, refused: str) -> list[Observation]:
         {"raw": requests.get(base + "/text", stream=True).raw.read()},
     ]
     with requests.Session() as session:
-        redirected = session.get(base + "/json", allow_redirects=True)
-        observations.append({"session": redirected.json(), "history": len(redirected.history)})
+        redirected = session.get(base + "/redirect")
+        observations.append(
+            {
+                "session": redirected.json(),
+                "history": [(r.status_code, r.headers.get("location")) for r in redirected.history],
+                "url": redirected.url,
+            }
+        )
+        head = session.head(base + "/json")
+        observations.append(
+            {"head": (head.status_code, head.content, head.headers["content-type"])}
+        )
     return observations
 
 
-CALLS = 17
+CALLS = 19
 
 
 @contextmanager
@@ -149,6 +159,8 @@ def test_round_trip_serves_what_the_application_saw(
     assert live[8]["raised"] is requests.exceptions.ReadTimeout
     assert live[12]["raised"] is requests.exceptions.ChunkedEncodingError
     assert live[13]["raised"] is requests.exceptions.ChunkedEncodingError
+    assert live[-2]["history"] == [(302, "/json")]
+    assert live[-1] == {"head": (200, b"", "application/json")}
     capfd.readouterr()
 
     with replaying(capsule_of(events)) as session, no_sockets(monkeypatch):

@@ -15,6 +15,8 @@ recorded exchanges can be asserted whole):
 ``GET /gzip``      200 ``application/json`` gzip-encoded ``{"zipped":true}``
 ``GET /cut``       200 chunked, one chunk ``partial``, then the connection is dropped
 ``GET /query``     200 ``application/json``: the query string as ``{"query": "..."}``
+``GET /redirect``  302 to ``/json``
+``HEAD <any>``     200 ``application/json``, ``content-length: 29``, no body
 ``POST /echo``     200: the request body (content-length or chunked) with its content type;
                    every received body is appended to :attr:`Upstream.received`
 =================  ==========================================================================
@@ -110,10 +112,21 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
+        elif path == "/redirect":
+            self.send_response(302)
+            self.send_header("location", "/json")
+            self.send_header("content-length", "0")
+            self.end_headers()
         elif path == "/query":
             self._whole(200, "application/json", json.dumps({"query": query}).encode())
         else:
             self._whole(404, "text/plain", b"no such route")
+
+    def do_HEAD(self) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", "29")
+        self.end_headers()
 
     def _read_body(self) -> bytes:
         if self.headers.get("transfer-encoding", "").lower() == "chunked":
