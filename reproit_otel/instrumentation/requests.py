@@ -84,9 +84,10 @@ OpenTelemetry requests instrumentation wraps ``Session.send`` above this seam.
 Limits: a JSON body is recorded as its parsed value, so it is served re-serialized (compact,
 in the capsule's key order): ``json()`` returns the same value, ``content`` may differ in
 spacing and key order. A body is text (PROTOCOL 4.2 has no binary mode): invalid UTF-8 is
-recorded, and served, as U+FFFD. Response headers whose names are secret (``set-cookie``, ...) were redacted at capture
-and are not served, so replayed responses set no cookies. A body the application read with
-``raw.read(decode_content=False)`` is recorded as the (compressed) bytes it read.
+recorded, and served, as U+FFFD. Response headers whose names are secret (``set-cookie``,
+...) were redacted at capture and are not served, so replayed responses set no cookies. A
+body the application read with ``raw.read(decode_content=False)`` is recorded as the
+(compressed) bytes it read.
 """
 
 from __future__ import annotations
