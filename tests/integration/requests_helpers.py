@@ -42,11 +42,17 @@ class Capture:
         """Run ``app`` as one failing server operation; return its result and its events."""
         method, _, path = name.partition(" ")
         attributes = {"http.method": method, "http.target": path, "http.status_code": 500}
-        before = len(self.sink.traces)
+        before = list(self.sink.traces)
         with self.tracer.start_as_current_span(name, kind=SpanKind.SERVER, attributes=attributes):
             result = app()
-        assert len(self.sink.traces) == before + 1, "the operation was not handed off"
-        return result, self.sink.traces[-1].events
+        # Other threads may hand off their own operations meanwhile: pick ours by name.
+        mine = [
+            trace
+            for trace in self.sink.traces
+            if trace not in before and trace.events[0]["operation"] == name
+        ]
+        assert len(mine) == 1, "the operation was not handed off"
+        return result, mine[0].events
 
 
 @contextmanager

@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -457,3 +458,21 @@ def test_otel_client_span_is_covered_by_the_exchange(upstream: Upstream, capture
     assert seen == {"rate": 1.5, "currency": "EUR"}
     assert [effect["key"] for effect in effects(events)] == ["GET /json"]
     assert events[-1]["effectsComplete"] is True
+
+
+def test_concurrent_operations_keep_their_own_exchanges(
+    upstream: Upstream, capture: Capture
+) -> None:
+    def operation(index: int) -> list[str]:
+        def app() -> Any:
+            return [
+                requests.get(f"{upstream.base}/query?n={index}&call={call}").json()
+                for call in (1, 2)
+            ]
+
+        _, events = capture.operation(app, name=f"GET /op{index}")
+        return [effect["key"] for effect in effects(events)]
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        keys = list(pool.map(operation, range(16)))
+    assert keys == [[f"GET /query?n={i}&call=1", f"GET /query?n={i}&call=2"] for i in range(16)]

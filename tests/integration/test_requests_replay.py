@@ -10,6 +10,7 @@ as values: the capture records the parsed value and replay serves it re-serializ
 
 from __future__ import annotations
 
+import io
 import json
 import socket
 from collections.abc import Callable, Iterator
@@ -85,6 +86,8 @@ def application(base: str, refused: str) -> list[Observation]:
         observe(lambda: requests.get(base + "/sleep", timeout=0.2)),
         observe(lambda: requests.post(base + "/echo", json={"q": "weather?", "n": 1})),
         observe(lambda: requests.post(base + "/echo", data={"a": "1"})),
+        observe(lambda: requests.post(base + "/echo", data=iter([b"gen", b"erated"]))),
+        observe(lambda: requests.put(base + "/echo", data=io.BytesIO(b"file body"))),
         observe(lambda: requests.get(base + "/gzip")),
         observe(lambda: requests.get(base + "/cut")),
         observe(lambda: requests.get(base + "/cut", stream=True), chunks=True),
@@ -107,7 +110,7 @@ def application(base: str, refused: str) -> list[Observation]:
     return observations
 
 
-CALLS = 19
+CALLS = 21
 
 
 @contextmanager
@@ -157,8 +160,10 @@ def test_round_trip_serves_what_the_application_saw(
     assert live[5]["chunks"] == list(SLOW_CHUNKS)
     assert live[7]["raised"] is requests.exceptions.ConnectionError
     assert live[8]["raised"] is requests.exceptions.ReadTimeout
-    assert live[12]["raised"] is requests.exceptions.ChunkedEncodingError
-    assert live[13]["raised"] is requests.exceptions.ChunkedEncodingError
+    assert live[11]["body"] == b"generated"
+    assert live[12]["body"] == b"file body"
+    assert live[14]["raised"] is requests.exceptions.ChunkedEncodingError
+    assert live[15]["raised"] is requests.exceptions.ChunkedEncodingError
     assert live[-2]["history"] == [(302, "/json")]
     assert live[-1] == {"head": (200, b"", "application/json")}
     capfd.readouterr()
