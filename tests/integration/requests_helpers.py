@@ -56,10 +56,10 @@ class Capture:
 
 
 @contextmanager
-def capturing() -> Iterator[Capture]:
-    """The real processor and recorder, installed for the duration of the block."""
+def capturing(environ: dict[str, str] | None = None) -> Iterator[Capture]:
+    """The real processor (configured from ``environ``) and recorder, for the block."""
     sink = ListSink()
-    processor = ReproitSpanProcessor(read_config({}), [sink])
+    processor = ReproitSpanProcessor(read_config(environ or {}), [sink])
     provider = TracerProvider()
     provider.add_span_processor(processor)
     install_recorder()

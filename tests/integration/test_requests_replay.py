@@ -127,11 +127,11 @@ def no_sockets(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @contextmanager
-def replaying(capsule: dict[str, Any]) -> Iterator[ReplaySession]:
+def replaying(capsule: dict[str, Any], secrets: tuple[str, ...] = ()) -> Iterator[ReplaySession]:
     session = ReplaySession(capsule)
     activate(session)
     instrumentor = RequestsReplayInstrumentor()
-    instrumentor.instrument(secret_values=())
+    instrumentor.instrument(secret_values=secrets)
     try:
         yield session
     finally:
@@ -291,6 +291,28 @@ def test_live_calls_are_redacted_before_matching(monkeypatch: pytest.MonkeyPatch
     with replaying(capsule_of(events)) as session, no_sockets(monkeypatch):
         replayed = requests.get(upstream.base + "/query?token=other&page=2").json()
     assert replayed == live == {"query": "token=abc&page=2"}
+    assert not session.diverged
+
+
+def test_configured_secret_values_are_scrubbed_from_live_calls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    secret = "sk_live_0123456789"
+    upstream = Upstream()
+    try:
+        with capturing({"REPROIT_SECRET_VALUES": secret}) as capture:
+            live, events = capture.operation(
+                lambda: requests.post(upstream.base + "/echo", json={"key": secret}).json()
+            )
+    finally:
+        upstream.stop()
+    [effect] = effects(events)
+    assert effect["exchange"]["request"]["body"] == {"key": "$reproit"}
+    assert effect["exchange"]["response"]["body"] == {"key": "$reproit"}
+    with replaying(capsule_of(events), (secret,)) as session, no_sockets(monkeypatch):
+        replayed = requests.post(upstream.base + "/echo", json={"key": secret}).json()
+    assert live == {"key": secret}
+    assert replayed == {"key": "$reproit"}  # the secret itself was never recorded
     assert not session.diverged
 
 
