@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypedDict
 from urllib.parse import urlsplit, urlunsplit
 
+from reproit_otel._guard import guarded
 from reproit_otel.recording import ExchangeRecorder
 from reproit_otel.wire._js import utf8_bytes
 from reproit_otel.wire.bounds import (
@@ -316,7 +317,8 @@ class _ResponseRecording:
         self._content_type = _content_type(response.headers)
 
     def add(self, data: bytes) -> None:
-        with self._lock:
+        # Called from inside the application's reads: never let a defect of ours reach them.
+        with guarded("requests.record_body"), self._lock:
             if not self._done:
                 self._tap.add(data)
 
@@ -325,6 +327,10 @@ class _ResponseRecording:
             if self._done:
                 return
             self._done = True
+        with guarded("requests.record_body"):
+            self._finish(error)
+
+    def _finish(self, error: BaseException | None) -> None:
         try:
             response: dict[str, Any] = {"status": self._status}
             response.update(self._headers)

@@ -430,15 +430,17 @@ def test_install_is_idempotent_and_uninstall_restores_exactly() -> None:
     assert not recorder_installed()
 
 
+@pytest.mark.parametrize("where", ["bounded_headers", "is_event_stream", "bounded_body"])
 def test_a_defect_in_the_recorder_never_breaks_the_call(
-    upstream: Upstream, capture: Capture, monkeypatch: pytest.MonkeyPatch
+    upstream: Upstream, capture: Capture, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
     from reproit_otel.instrumentation import _requests_record
 
     def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("recorder defect")
 
-    monkeypatch.setattr(_requests_record, "bounded_headers", broken)
+    # At the request, when the body ends, and while the body is bounded.
+    monkeypatch.setattr(_requests_record, where, broken)
     monkeypatch.delenv("REPROIT_STRICT_INTERNAL")
     seen, events = capture.operation(lambda: requests.get(upstream.base + "/json").json())
     assert seen == {"rate": 1.5, "currency": "EUR"}
