@@ -4,7 +4,7 @@
   sequences, dataclasses, pydantic models (``model_dump(mode="json")``), enums (their value),
   dates and times (ISO 8601), ``Decimal``/``UUID``/paths (text), bytes (``{"$bytes": base64}``),
   sets (sorted by canonical JSON). Anything else (a connection, a client, ``self``) counts by
-  its type only, ``{"$object": "module.QualName"}``, so it never makes two calls differ.
+  its type only, ``{"$object": "QualName"}`` (no module), so it never makes two calls differ.
 * :func:`bind_input` binds a call's arguments to the callable's signature (defaults applied)
   and gives ``{parameter: json_form(value)}``; ``**kwargs`` are merged in, ``*args`` is a list
   under its own name.
@@ -49,8 +49,9 @@ _MAX_DEPTH = 256
 
 
 def _type_name(value: Any) -> str:
-    kind = type(value)
-    return f"{kind.__module__}.{kind.__qualname__}"
+    # The qualified name without the module: a script's classes live in ``__main__`` when run
+    # directly and in their package when imported, and both must key alike.
+    return type(value).__qualname__
 
 
 def _key(key: Any) -> str:

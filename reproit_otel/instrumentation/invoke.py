@@ -223,9 +223,14 @@ def _has_object_marker(data: Any) -> bool:
     return False
 
 
+def _redacted_input(input_value: Any, secrets: tuple[str, ...]) -> Any:
+    """The input as recordings hold it: secrets scrubbed, secret keys redacted, keys sorted."""
+    return round_trip(redact(scrub_keys_and_values(input_value, secrets)))
+
+
 def _probe(tool: str, op: str, input_value: Any, secrets: tuple[str, ...]) -> dict[str, Any]:
-    """The request as replay matches it: secrets scrubbed, secret keys redacted, bounded."""
-    return invoke_request(tool, op, redact(scrub_keys_and_values(input_value, secrets)))
+    """The request as replay matches it (bounded like a recorded one)."""
+    return invoke_request(tool, op, _redacted_input(input_value, secrets))
 
 
 def _miss_message(tool: str, op: str, detail: str) -> str:
@@ -309,7 +314,7 @@ class _Invocation:
         probe = {
             "tool": tool,
             "op": op,
-            "input": redact(scrub_keys_and_values(self.input, _all_secrets())),
+            "input": _redacted_input(self.input, _all_secrets()),
         }
         everything = list(scan_fixtures(directory))
         expected = next(

@@ -61,7 +61,7 @@ def test_json_form_of_python_values() -> None:
         "dec": "1.10",
         "u": "00000000-0000-0000-0000-000000000001",
         "p": {"x": 1, "y": 2.5},
-        "c": {"$object": "tests.unit.test_boundary_values.Client"},
+        "c": {"$object": "Client"},
         "1": "int key",
         "null": "none key",
     }
@@ -70,7 +70,7 @@ def test_json_form_of_python_values() -> None:
 def test_json_form_of_a_cycle_names_the_type() -> None:
     loop: list[Any] = [1]
     loop.append(loop)
-    assert json_form(loop) == [1, {"$object": "builtins.list"}]
+    assert json_form(loop) == [1, {"$object": "list"}]
 
 
 def fetch(client: Client, folder: str, uid: int = 1, *rest: int, **extra: Any) -> None:
@@ -80,13 +80,13 @@ def fetch(client: Client, folder: str, uid: int = 1, *rest: int, **extra: Any) -
 def test_bind_input_names_every_argument_and_applies_defaults() -> None:
     signature = inspect.signature(fetch)
     assert bind_input(signature, (Client(), "INBOX"), {}) == {
-        "client": {"$object": "tests.unit.test_boundary_values.Client"},
+        "client": {"$object": "Client"},
         "folder": "INBOX",
         "uid": 1,
         "rest": [],
     }
     assert bind_input(signature, (Client(), "INBOX", 2, 3, 4), {"peek": True}) == {
-        "client": {"$object": "tests.unit.test_boundary_values.Client"},
+        "client": {"$object": "Client"},
         "folder": "INBOX",
         "uid": 2,
         "rest": [3, 4],
