@@ -14,12 +14,14 @@ and the bookkeeping that decides ``effectsComplete`` (PROTOCOL decision D4):
   uncovered, no exchange failed or is still pending, no unrecordable call was reported, and
   the configuration does not force ``never``.
 
-Exchanges become ``effect`` events in completion order. The operation is *finished* when the
-middleware sees the response start (or, without middleware, when the server span ends) and
-*handed off* to the sinks once it is finished and its server span has ended, whichever comes
-last. Dependency activity after the finish (a background call still running under the
-request's context) cannot be recorded any more: it is counted and the operation is not handed
-off, because its ``effectsComplete: true`` would no longer be true.
+Exchanges become ``effect`` events in completion order. Configured secret values (D8) are
+replaced in every string of an exchange, its key and resource, and of the output. The
+operation is *finished* when the middleware sees the response start (or, without middleware,
+when the server span ends) and *handed off* to the sinks once it is finished and its server
+span has ended, whichever comes last. Dependency activity after the finish (a background
+call still running under the request's context) cannot be recorded any more: it is counted
+and the operation is not handed off, because its ``effectsComplete: true`` would no longer
+be true.
 
 Every method is safe to call from any thread; state changes happen under the operation's lock.
 """
@@ -101,7 +103,7 @@ class Operation:
         scan: bool,
         inbound: InboundRequest | None,
         effects_never: bool,
-        secrets: tuple[str, ...],
+        secrets: Callable[[], tuple[str, ...]],
         on_ready: Callable[[Operation], None],
         on_reason: Callable[[Operation, str], None],
     ) -> None:
@@ -225,7 +227,7 @@ class Operation:
         exchange: dict[str, Any],
     ) -> None:
         """Push the exchange as an effect (secret values scrubbed first, D8)."""
-        secrets = self._secrets
+        secrets = self._secrets()
         if secrets:
             exchange = scrub_value(exchange, secrets)
             resource = None if resource is None else scrub_secret_values(resource, secrets)
@@ -312,6 +314,9 @@ class Operation:
                 self._reason_locked(reason)
             complete = self.effects_complete()
             self.status = status
+            secrets = self._secrets()
+            if secrets and output is not None:
+                output = scrub_value(output, secrets)
             try:
                 self.trace.finish(
                     output,

@@ -60,6 +60,7 @@ from reproit_otel.inbound import InboundRequest, current_inbound, single_or_list
 from reproit_otel.operation import ExchangeBinding, Operation, SpanRecord
 from reproit_otel.wire.canonical import canonical_json_bytes
 from reproit_otel.wire.inputs import http_input
+from reproit_otel.wire.redaction import scrub_value
 from reproit_otel.wire.trace import BackendTrace, TraceContext, trace_context_from_headers
 
 __all__ = [
@@ -171,9 +172,8 @@ class ReproitSpanProcessor(SpanProcessor):
         self._stats: Counter[str] = Counter()
         self._reasons: Counter[str] = Counter()
         self._shutdown = False
-        self._secrets = tuple(
-            dict.fromkeys((*self.config.secret_values, *recording.registered_secret_values()))
-        )
+        self._secrets: tuple[str, ...] = self.config.secret_values
+        self._registered: tuple[str, ...] = ()
         recording.set_pipeline(self)
 
     # -- public -----------------------------------------------------------------------------
@@ -324,6 +324,14 @@ class ReproitSpanProcessor(SpanProcessor):
         if span.kind is SpanKind.SERVER:
             self._begin(span, trace_id, span_id)
 
+    def _current_secrets(self) -> tuple[str, ...]:
+        """Configured secret values plus those registered since (``reproit_otel.secrets``)."""
+        registered = recording.registered_secret_values()
+        if registered != self._registered:
+            self._registered = registered
+            self._secrets = tuple(dict.fromkeys((*self.config.secret_values, *registered)))
+        return self._secrets
+
     def _trusted_scan_context(self, inbound: InboundRequest | None) -> TraceContext | None:
         if inbound is None or not self.config.scan:
             return None
@@ -358,6 +366,9 @@ class ReproitSpanProcessor(SpanProcessor):
             name, input_value = inbound.operation_name, inbound.input
         else:
             name, input_value = self._from_attributes(span)
+        secret_values = self._current_secrets()
+        if secret_values:
+            input_value = scrub_value(input_value, secret_values)
         try:
             trace = BackendTrace.begin(context, name, input=input_value)
         except TraceError as exc:
@@ -372,7 +383,7 @@ class ReproitSpanProcessor(SpanProcessor):
             scan=scan_context is not None,
             inbound=inbound,
             effects_never=self.config.effects_complete is EffectsCompleteMode.NEVER,
-            secrets=self._secrets,
+            secrets=self._current_secrets,
             on_ready=self._hand_off,
             on_reason=self._note_reason,
         )

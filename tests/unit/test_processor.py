@@ -299,3 +299,23 @@ def test_install_is_idempotent_and_needs_an_sdk_provider() -> None:
         bootstrap.uninstall()
         provider.shutdown()
     assert recording.current_pipeline() is None
+
+
+def test_secret_values_registered_later_are_scrubbed_from_input_output_and_exchanges(
+    rig: Rig,
+) -> None:
+    secret = "registered-later-9f3a"
+    recording.register_secret_values([secret])
+    inbound = InboundRequest("POST", "/x", {"body": {"note": f"use {secret}"}}, lambda _: None)
+    with inbound_scope(inbound), rig.server("POST /x"):
+        recorder = recording.start_exchange("requests")
+        assert recorder is not None
+        recorder.finish("call", resource="api", key="GET /a", exchange={"body": secret})
+        assert inbound.operation is not None
+        inbound.operation.finish(500, {"echo": secret})
+    start, effect, returned = rig.sink.traces[0].events
+    assert (start["input"], effect["exchange"], returned["output"]) == (
+        {"body": {"note": "use $reproit"}},
+        {"body": "$reproit"},
+        {"echo": "$reproit"},
+    )
