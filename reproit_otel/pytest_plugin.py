@@ -147,16 +147,19 @@ def _settings(config: pytest.Config, namespace: Any) -> _Settings:
 
 
 def _names(item: pytest.Item) -> tuple[str, str]:
-    marker = item.get_closest_marker(MARKER_NAME)
     path, _, rest = item.nodeid.partition("::")
-    suite = path[:-3] if path.endswith(".py") else path
-    suite = suite.replace("\\", "/").replace("/", ".")
-    test = rest or item.name
-    if marker is not None:
-        if isinstance(marker.kwargs.get("suite"), str):
+    suite: str | None = None
+    test: str | None = None
+    # The closest marker wins, per name: a module's suite= combines with a function's test=.
+    for marker in item.iter_markers(MARKER_NAME):
+        if suite is None and isinstance(marker.kwargs.get("suite"), str):
             suite = marker.kwargs["suite"]
-        if isinstance(marker.kwargs.get("test"), str):
+        if test is None and isinstance(marker.kwargs.get("test"), str):
             test = marker.kwargs["test"]
+    if suite is None:
+        suite = (path[:-3] if path.endswith(".py") else path).replace("\\", "/").replace("/", ".")
+    if test is None:
+        test = rest or item.name
     return suite, test
 
 
