@@ -92,6 +92,8 @@ _RECORDERS: Final = (
     ("psycopg2", "reproit_otel.instrumentation.psycopg2"),
 )
 
+_SWITCH_ON: Final = ("1", "true", "yes", "on")
+
 # A duplicate of the real descriptor 2, taken before pytest starts capturing output.
 _real_stderr_fd: int | None = None
 # Set when replay was installed before conftest files were loaded.
@@ -109,6 +111,7 @@ class _Settings:
     spool_max: int
     build: str | None
     secret_values: tuple[str, ...]
+    disabled: bool
 
 
 def _ini(config: pytest.Config, name: str) -> Any:
@@ -140,6 +143,8 @@ def _settings(config: pytest.Config, namespace: Any) -> _Settings:
         spool_max=parse_spool_max(raw_max),
         build=env.commit,
         secret_values=tuple(env.secret_values),
+        # REPROIT_DISABLED=1 turns the plugin off; unusable upload settings do not.
+        disabled=env.disabled and not env.problems,
     )
 
 
@@ -433,7 +438,7 @@ def pytest_load_initial_conftests(
         except OSError:
             _real_stderr_fd = None
     replay = os.environ.get("REPROIT_REPLAY", "")
-    if replay:
+    if replay and os.environ.get("REPROIT_DISABLED", "").strip().lower() not in _SWITCH_ON:
         namespace = early_config.known_args_namespace
         if getattr(namespace, "capture", None) == "fd":
             # Divergence lines are written to descriptor 2; keep it uncaptured.
@@ -450,6 +455,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "reproit operation test:<suite>#<test>",
     )
     settings = _settings(config, config.option)
+    if settings.disabled:
+        return
     capman = config.pluginmanager.getplugin("capturemanager")
     stderr = RealStderr(
         _real_stderr_fd,
