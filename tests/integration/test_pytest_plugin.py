@@ -511,3 +511,66 @@ def test_a_production_capsule_is_a_usage_error(tmp_path: Path) -> None:
     assert run.exit_code == 4
     assert "does not carry a test trigger identity" in run.stderr
     assert "'GET /orders'" in run.stderr
+
+
+STOCK_TEST = """
+import os
+
+import psycopg2
+
+
+def test_widget_in_stock():
+    connection = psycopg2.connect(os.environ["PG_DSN"])
+    try:
+        cursor = connection.cursor()
+        cursor.execute("SELECT qty FROM ci_stock WHERE sku = %s", ("widget",))
+        (qty,) = cursor.fetchone()
+    finally:
+        connection.close()
+    if os.environ.get("FIXED") == "1":
+        qty = max(qty, 1)  # the fix: an empty shelf shows as one reserved item
+    assert qty > 0, f"widget out of stock ({qty})"
+"""
+
+
+@pytest.mark.postgres
+def test_a_database_read_is_captured_and_replayed_with_the_database_gone(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    import psycopg2
+
+    setup = psycopg2.connect(postgres_dsn)
+    setup.autocommit = True
+    with setup.cursor() as cursor:
+        cursor.execute("DROP TABLE IF EXISTS ci_stock")
+        cursor.execute("CREATE TABLE ci_stock (sku text PRIMARY KEY, qty integer)")
+        cursor.execute("INSERT INTO ci_stock VALUES ('widget', 0)")
+    setup.close()
+
+    project = SampleProject(tmp_path, {"test_stock.py": STOCK_TEST}).setup()
+    run = project.pytest(env={**CAPTURE, "PG_DSN": postgres_dsn})
+    assert (run.exit_code, len(run.markers)) == (1, 1)
+    capsule = project.capsules()["test:test_stock#test_widget_in_stock"]
+    (read,) = [e for e in capsule["events"] if e["kind"] == "effect"]
+    assert (read["effect"], read["resource"], read["exchange"]["request"]) == (
+        "read",
+        "pg",
+        {"text": "SELECT qty FROM ci_stock WHERE sku = %s", "values": ["widget"]},
+    )
+    assert read["exchange"]["response"]["rows"] == [{"qty": 0}]
+    failure = "widget out of stock (0)\nassert 0 > 0"
+    assert capsule["events"][-1]["output"] == {"error": failure}
+
+    # No database on the laptop: the DSN points at a port nothing listens on.
+    gone = "host=127.0.0.1 port=9 dbname=none user=none connect_timeout=1"
+    (path,) = _capsule_files(project)
+    reproduced = project.check(path, env={"PG_DSN": gone}, json_out=True)
+    assert (reproduced.exit_code, json.loads(reproduced.stdout)["verdict"]) == (1, "reproduced")
+    fixed = project.check(path, env={"PG_DSN": gone, "FIXED": "1"}, json_out=True)
+    assert (fixed.exit_code, json.loads(fixed.stdout)["verdict"]) == (0, "fixed")
+
+
+def test_reproit_disabled_turns_the_plugin_off(tmp_path: Path) -> None:
+    project = SampleProject(tmp_path, {"test_fail.py": FAILING}).setup()
+    run = project.pytest(env={**CAPTURE, "REPROIT_DISABLED": "1"})
+    assert (run.exit_code, run.markers, project.spool()) == (1, [], [])
