@@ -355,6 +355,14 @@ class ReplayMode:
     def pytest_report_header(self, config: pytest.Config) -> str:
         return f"reproit: replaying {self.operation}"
 
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.target is None:
+            terminalreporter.write_line(
+                f"reproit: no collected test has the operation {self.operation}; was it "
+                "renamed, moved or deselected? Run the same test command as in CI.",
+                yellow=True,
+            )
+
 
 def _replay_operation(path: str) -> str:
     """The operation of the capsule at ``path``; a usage error unless it is a CI capsule."""

@@ -574,3 +574,19 @@ def test_reproit_disabled_turns_the_plugin_off(tmp_path: Path) -> None:
     project = SampleProject(tmp_path, {"test_fail.py": FAILING}).setup()
     run = project.pytest(env={**CAPTURE, "REPROIT_DISABLED": "1"})
     assert (run.exit_code, run.markers, project.spool()) == (1, [], [])
+
+
+def test_a_replay_whose_test_is_gone_says_so(tmp_path: Path) -> None:
+    project = SampleProject(tmp_path, {"test_fail.py": FAILING}).setup()
+    project.pytest(env=CAPTURE)
+    capsule_path = _capsule_files(project)[0]
+    capsule = json.loads(capsule_path.read_text("utf-8"))
+    capsule["operation"] = "test:test_fail#test_renamed"
+    moved = project.write("moved.json", canonical_json(capsule))
+    run = project.pytest(env={"REPROIT_REPLAY": str(moved)})
+    assert (run.exit_code, run.markers) == (0, [])
+    assert (
+        "reproit: no collected test has the operation test:test_fail#test_renamed; was it "
+        "renamed, moved or deselected? Run the same test command as in CI."
+    ) in run.stdout
+    assert "2 skipped" in run.stdout
