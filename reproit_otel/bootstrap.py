@@ -82,7 +82,7 @@ _replaying = False
 def _sinks(config: ReproitConfig) -> list[OperationSink]:
     sinks: list[OperationSink] = []
     if config.capture_enabled:
-        from reproit_otel.uploader import Uploader  # noqa: PLC0415 - only when capturing
+        from reproit_otel.uploader import Uploader  # only when capturing
 
         uploader = Uploader.from_config(config)
         if uploader is not None:
@@ -110,7 +110,7 @@ def _install_library_hooks() -> None:
                 _log.debug("reproit-otel: recorder %s not installed: %s", module_name, exc)
                 continue
             module.install_recorder()
-    from reproit_otel.instrumentation import asgi, wsgi  # noqa: PLC0415 - after the guard
+    from reproit_otel.instrumentation import asgi, wsgi  # after the guard
 
     with guarded("bootstrap.flask"):
         wsgi.install_flask()
@@ -193,7 +193,7 @@ def uninstall() -> None:
                     except ImportError:
                         continue
                     module.uninstall_recorder()
-            from reproit_otel.instrumentation import asgi, wsgi  # noqa: PLC0415
+            from reproit_otel.instrumentation import asgi, wsgi
 
             wsgi.uninstall_flask()
             asgi.uninstall_starlette()

@@ -242,7 +242,7 @@ def install_starlette() -> bool:
     Returns False when Starlette is not installed.
     """
     try:
-        from starlette.applications import Starlette  # noqa: PLC0415 - optional dependency
+        from starlette.applications import Starlette  # optional dependency
     except ImportError:
         return False
     if _PATCH_MARK in Starlette.__dict__:
@@ -264,7 +264,7 @@ def install_starlette() -> bool:
 def uninstall_starlette() -> None:
     """Restore ``Starlette.__call__`` exactly."""
     try:
-        from starlette.applications import Starlette  # noqa: PLC0415 - optional dependency
+        from starlette.applications import Starlette  # optional dependency
     except ImportError:
         return
     original = Starlette.__dict__.get(_PATCH_MARK)

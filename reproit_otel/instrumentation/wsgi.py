@@ -286,7 +286,7 @@ def install_flask() -> bool:
     span and can hand it the request. Returns False when Flask is not installed.
     """
     try:
-        import flask  # noqa: PLC0415 - optional dependency, patched only when present
+        import flask  # optional dependency, patched only when present
     except ImportError:
         return False
     cls = flask.Flask
@@ -312,7 +312,7 @@ def install_flask() -> bool:
 def uninstall_flask() -> None:
     """Restore ``flask.Flask.__call__`` exactly."""
     try:
-        import flask  # noqa: PLC0415 - optional dependency
+        import flask  # optional dependency
     except ImportError:
         return
     cls = flask.Flask
