@@ -114,7 +114,7 @@ def serve(text: str, values: Any) -> Mapping[str, Any]:
     """The recorded response for a statement, or raise as the recording says."""
     session = _session()
     probe = _live_probe(session, pg_probe(text, UNSET if values is None else values))
-    exchange, line = session._match("pg", probe)
+    exchange, line = session.match_with_line("pg", probe)
     if exchange is None:
         _report(session, line)
         raise DivergedError(PG_DIVERGED_MESSAGE, line=line)

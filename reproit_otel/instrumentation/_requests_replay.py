@@ -26,15 +26,10 @@ import urllib3.exceptions
 from urllib3.response import HTTPResponse
 
 from reproit_otel.instrumentation._requests_record import recorded_url
-from reproit_otel.wire._js import UNSET, is_js_integer
-from reproit_otel.wire.matching import js_stringify, try_json
+from reproit_otel.wire._js import UNSET
+from reproit_otel.wire.matching import try_json
 from reproit_otel.wire.redaction import scrub_secret_values, scrub_value
-from reproit_otel.wire.replay import (
-    DIVERGENCE_STATUS,
-    ReplaySession,
-    ServedResponse,
-    split_chunks,
-)
+from reproit_otel.wire.replay import ReplaySession, ServedResponse, serve_http
 
 __all__ = [
     "DIVERGED_REASON",
@@ -186,57 +181,22 @@ class Answer:
     """``REPROIT:DIVERGENCE`` lines this call produced (to be written to standard error)."""
 
 
-_STRIPPED_HEADERS = ("content-length", "transfer-encoding", "content-encoding")
-
-
-def _refused(reason: str, line: str | None) -> Answer:
-    served = ServedResponse(
-        status=DIVERGENCE_STATUS,
-        headers={"content-type": "application/json"},
-        body_text=js_stringify({"reproit": reason}),
-    )
-    return Answer(served=served, divergences=(line,) if line else ())
-
-
 def answer(session: ReplaySession, probe: dict[str, Any]) -> Answer:
-    """Serve ``probe`` from ``session`` as ``serve_http`` does (PROTOCOL 7.4), plus errors.
+    """Serve ``probe`` from ``session`` with ``serve_http`` (PROTOCOL 7.4), plus errors.
 
-    The wire ``serve_http`` knows only responses; the requests recorder also records
-    transport errors (a response that is only ``{"error": ...}``) and errors while the body
-    was read (``error`` next to ``status``). Everything else (divergence, fail-closed
-    truncation, stripped headers, body text, chunk split) follows 7.4 exactly.
+    ``serve_http`` answers with the recorded response; the requests recorder also records
+    transport errors (a response that is only ``{"error": ...}``, raised instead of
+    answering) and errors while the body was read (``error`` next to ``status``, raised after
+    the recorded part of the body).
     """
-    probe = session.redact_probe("http", probe)
-    exchange, line = session._match("http", probe)
-    if exchange is None:
-        return _refused("diverged", line)
-    response = exchange.get("response", UNSET) if isinstance(exchange, Mapping) else UNSET
-    if not isinstance(response, Mapping):
-        response = {}
-    error = response.get("error", UNSET)
+    served = serve_http(session, probe)
+    if served.divergence_line is not None:
+        return Answer(served=served, divergences=(served.divergence_line,))
+    recorded = served.recorded or {}
+    error = recorded.get("error", UNSET)
     recorded_error = error if isinstance(error, Mapping) else None
-    if recorded_error is not None and "status" not in response:
+    if recorded_error is not None and "status" not in recorded:
         return Answer(error=recorded_error)
-    if response.get("truncated", UNSET) is True:
-        line = session.diverge("http", {**probe, "truncated": True})
-        return _refused("truncated-exchange-body", line)
-    recorded_headers = response.get("headers", UNSET)
-    headers = dict(recorded_headers) if isinstance(recorded_headers, Mapping) else {}
-    for name in _STRIPPED_HEADERS:
-        headers.pop(name, None)
-    body = response.get("body", UNSET)
-    body_text = "" if body is UNSET else body if isinstance(body, str) else js_stringify(body)
-    status = response.get("status", UNSET)
-    code = int(status) if is_js_integer(status) else 200
-    stream = response.get("stream", UNSET)
-    lengths = stream.get("chunks", UNSET) if isinstance(stream, Mapping) else UNSET
-    chunks: list[bytes] | None = None
-    if isinstance(lengths, list):
-        if stream.get("truncated", UNSET) is True:
-            line = session.diverge("http", {**probe, "streamBoundariesTruncated": True})
-            return _refused("truncated-stream-boundaries", line)
-        chunks = split_chunks(body_text, lengths)
-    served = ServedResponse(status=code, headers=headers, body_text=body_text, chunks=chunks)
     return Answer(served=served, body_error=recorded_error)
 
 

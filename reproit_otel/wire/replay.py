@@ -140,6 +140,10 @@ class ServedResponse:
     headers: dict[str, Any]
     body_text: str
     chunks: list[bytes] | None = None
+    recorded: Mapping[str, Any] | None = None
+    """The matched exchange's recorded ``response`` object (``None`` on a divergence)."""
+    divergence_line: str | None = None
+    """The ``REPROIT:DIVERGENCE`` line this call produced, if it diverged."""
 
 
 class _Entry:
@@ -281,7 +285,7 @@ class ReplaySession:
         ``probe`` is used as given (call :meth:`redact_probe` first). On a divergence the
         session is marked diverged and a divergence line is produced.
         """
-        exchange, _ = self._match(protocol, probe)
+        exchange, _ = self.match_with_line(protocol, probe)
         return exchange
 
     def diverge(self, protocol: str, probe: dict[str, Any]) -> str:
@@ -291,7 +295,8 @@ class ReplaySession:
         self._announce(line)
         return line
 
-    def _match(self, protocol: str, probe: dict[str, Any]) -> tuple[Any, str | None]:
+    def match_with_line(self, protocol: str, probe: dict[str, Any]) -> tuple[Any, str | None]:
+        """Like :meth:`match`, also returning the divergence line when the call diverged."""
         key = operation_key(protocol, probe)
         with self._lock:
             for entry in self._entries:
@@ -364,11 +369,12 @@ def divergence_line(report: Mapping[str, Any]) -> str:
     return DIVERGENCE_MARKER + js_stringify(report)
 
 
-def _diverged_response(reason: str) -> ServedResponse:
+def _diverged_response(reason: str, line: str | None) -> ServedResponse:
     return ServedResponse(
         status=DIVERGENCE_STATUS,
         headers={"content-type": "application/json"},
         body_text=js_stringify({"reproit": reason}),
+        divergence_line=line,
     )
 
 
@@ -409,16 +415,16 @@ def serve_http(session: ReplaySession, probe: dict[str, Any]) -> ServedResponse:
     status 599 with a ``{"reproit": <reason>}`` JSON body, and produce a divergence line.
     """
     probe = session.redact_probe("http", probe)
-    exchange, _ = session._match("http", probe)
+    exchange, line = session.match_with_line("http", probe)
     if exchange is None:
-        return _diverged_response("diverged")
+        return _diverged_response("diverged", line)
     response = exchange.get("response", UNSET) if isinstance(exchange, Mapping) else UNSET
     if not isinstance(response, Mapping):
         response = {}
     if response.get("truncated", UNSET) is True:
         # The capture kept the body's identity, not its bytes: serving a guess would lie.
-        session.diverge("http", {**probe, "truncated": True})
-        return _diverged_response("truncated-exchange-body")
+        line = session.diverge("http", {**probe, "truncated": True})
+        return _diverged_response("truncated-exchange-body", line)
     recorded_headers = response.get("headers", UNSET)
     headers = dict(js_items(recorded_headers)) if isinstance(recorded_headers, Mapping) else {}
     for name in _STRIPPED_HEADERS:
@@ -431,10 +437,12 @@ def serve_http(session: ReplaySession, probe: dict[str, Any]) -> ServedResponse:
     chunks: list[bytes] | None = None
     if isinstance(lengths, list):
         if stream.get("truncated", UNSET) is True:
-            session.diverge("http", {**probe, "streamBoundariesTruncated": True})
-            return _diverged_response("truncated-stream-boundaries")
+            line = session.diverge("http", {**probe, "streamBoundariesTruncated": True})
+            return _diverged_response("truncated-stream-boundaries", line)
         chunks = split_chunks(body_text, lengths)
-    return ServedResponse(status=status, headers=headers, body_text=body_text, chunks=chunks)
+    return ServedResponse(
+        status=status, headers=headers, body_text=body_text, chunks=chunks, recorded=response
+    )
 
 
 def pg_probe(text: Any, values: Any = UNSET) -> dict[str, Any]:
@@ -461,7 +469,7 @@ def serve_pg(session: ReplaySession, text: Any, values: Any = UNSET) -> PgResult
     recorded call failed. Empty ``values`` count as none.
     """
     probe = session.redact_probe("pg", pg_probe(text, values))
-    exchange, line = session._match("pg", probe)
+    exchange, line = session.match_with_line("pg", probe)
     if exchange is None:
         raise DivergedError(PG_DIVERGED_MESSAGE, line=line)
     response = exchange.get("response", UNSET) if isinstance(exchange, Mapping) else UNSET
