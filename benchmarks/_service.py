@@ -1,0 +1,121 @@
+"""The service the overhead and outage benchmarks measure (a gunicorn app module).
+
+``GET /order?id=N`` makes one ``requests`` call to the upstream (``BENCH_UPSTREAM``, through a
+pooled keep-alive session) and one psycopg2 query (``BENCH_PG_DSN``, one connection per
+server thread), and answers JSON: 200, or 500 with ``fail=1`` (a failing request, which
+reproit captures and uploads). ``GET /health`` answers 200 without touching either;
+``GET /bench/stats`` reports the worker's pid, RSS and reproit counters.
+
+``BENCH_SHAPE`` chooses what is installed, each shape adding to the previous one:
+
+``bare``         Flask alone;
+``otel``         OpenTelemetry SDK: Flask, requests and psycopg2 instrumentations, a
+                 ``BatchSpanProcessor`` with an exporter that drops every span;
+``reproit``      plus ``reproit_otel.install()``, configured by the ``REPROIT_*`` environment
+                 (no ``REPROIT_ENDPOINT``: capture off; with it: capture on).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg2
+import requests
+from flask import Flask, jsonify, request
+
+SHAPE = os.environ.get("BENCH_SHAPE", "bare")
+UPSTREAM = os.environ.get("BENCH_UPSTREAM", "http://127.0.0.1:9")
+DSN = os.environ.get("BENCH_PG_DSN", "")
+
+app = Flask("bench")
+_http = requests.Session()
+_local = threading.local()
+_processor: Any = None
+
+
+def _connection() -> Any:
+    connection = getattr(_local, "connection", None)
+    if connection is None or connection.closed:
+        connection = psycopg2.connect(DSN)
+        connection.autocommit = True
+        _local.connection = connection
+    return connection
+
+
+@app.get("/health")
+def health() -> Any:
+    return "ok"
+
+
+@app.get("/order")
+def order() -> Any:
+    item = int(request.args.get("id", "1"))
+    rate = _http.get(f"{UPSTREAM}/rate", timeout=5).json()
+    with _connection().cursor() as cursor:
+        cursor.execute("SELECT id, name, price FROM bench_items WHERE id = %s", (item,))
+        row = cursor.fetchone()
+    body = {"id": row[0], "name": row[1], "price": row[2] * rate["rate"]}
+    if request.args.get("fail") == "1":
+        return jsonify({"error": "pricing failed", **body}), 500
+    return jsonify(body)
+
+
+@app.get("/bench/stats")
+def stats() -> Any:
+    rss = 0
+    for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
+        if line.startswith("VmRSS:"):
+            rss = int(line.split()[1])
+    document: dict[str, Any] = {"shape": SHAPE, "pid": os.getpid(), "rss_kib": rss}
+    if _processor is not None:
+        from reproit_otel._guard import internal_errors
+
+        document["processor"] = _processor.stats()
+        document["sinks"] = [
+            sink.stats() for sink in _processor.sinks if callable(getattr(sink, "stats", None))
+        ]
+        document["internal_errors"] = internal_errors()
+    return jsonify(document)
+
+
+def _install_opentelemetry() -> Any:
+    from opentelemetry import trace
+    from opentelemetry.instrumentation.flask import FlaskInstrumentor
+    from opentelemetry.instrumentation.psycopg2 import Psycopg2Instrumentor
+    from opentelemetry.instrumentation.requests import RequestsInstrumentor
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+
+    class DropExporter(SpanExporter):
+        """Receives batches like a real exporter and sends them nowhere."""
+
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(DropExporter()))
+    trace.set_tracer_provider(provider)
+    FlaskInstrumentor().instrument_app(app, tracer_provider=provider)
+    RequestsInstrumentor().instrument(tracer_provider=provider)
+    Psycopg2Instrumentor().instrument(tracer_provider=provider, skip_dep_check=True)
+    return provider
+
+
+if SHAPE in ("otel", "reproit"):
+    _provider = _install_opentelemetry()
+    if SHAPE == "reproit":
+        import reproit_otel.bootstrap
+
+        _processor = reproit_otel.bootstrap.install(_provider)
+        if _processor is None:
+            raise SystemExit("reproit-otel did not install; check the REPROIT_* environment")
+elif SHAPE != "bare":
+    raise SystemExit(f"unknown BENCH_SHAPE {SHAPE!r}: expected bare, otel or reproit")
