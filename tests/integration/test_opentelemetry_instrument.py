@@ -172,7 +172,7 @@ def expected_quote_events(upstream: Upstream, port: int) -> list[dict[str, Any]]
     ]
 
 
-@pytest.mark.parametrize("exporter", ["reproit", "console", "otlp_proto_http,reproit"])
+@pytest.mark.parametrize("exporter", ["reproit", "console", "otlp,reproit"])
 def test_a_plain_flask_app_under_the_launcher_records_its_failing_operation(
     exporter: str, upstream: Upstream, tmp_path: Path
 ) -> None:
