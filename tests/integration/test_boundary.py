@@ -430,3 +430,20 @@ def test_a_boundary_in_a_flask_request_is_captured_and_replays_through_check(
     assert "REPROIT:DIVERGENCE" not in run.stderr
     assert run.returncode == 1, run.stdout + run.stderr
     assert json.loads(run.stdout)["verdict"] == "reproduced"
+
+
+def test_an_error_without_a_status_leaves_the_capture_incomplete(
+    captured: Any, mailbox: Mailbox
+) -> None:
+    import http.client
+
+    active, server = captured
+    connection = http.client.HTTPConnection(server.base.removeprefix("http://"), timeout=10)
+    connection.request("GET", "/triage/INBOX/500")
+    assert connection.getresponse().status == 500
+    [trace] = active.sink.wait_for(1)
+    assert [event["kind"] for event in trace.events] == ["start", "return"]
+    assert (trace.events[-1]["status"], trace.events[-1]["effectsComplete"]) == (500, False)
+    assert active.processor.stats()["incomplete_reasons"] == {
+        "invoke: mailbox.fetch: ProtocolFault without a status is not recorded": 1
+    }
