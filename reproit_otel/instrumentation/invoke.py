@@ -279,7 +279,7 @@ class _Invocation:
     def _serve_capsule(self, session: ReplaySession) -> Any:
         tool, op = self.spec.tool, self.spec.op
         probe = session.redact_probe(INVOKE_PROTOCOL, _probe(tool, op, self.input, _all_secrets()))
-        exchange, line = session._match(INVOKE_PROTOCOL, probe)
+        exchange, line = session.match_with_line(INVOKE_PROTOCOL, probe)
         if exchange is None:
             self._report(session, line)
             raise MissingFixtureError(
