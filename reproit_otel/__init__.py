@@ -12,7 +12,10 @@ Wire core (pure, PROTOCOL section 10): :func:`canonical_json`, :func:`ordered_js
 :class:`ReplaySession`, :func:`serve_http`, :func:`serve_pg`, :func:`matches`,
 :func:`body_delta`, :func:`url_path_and_query`, :func:`operation_key`, :class:`ReplayRNG`.
 
-Runtime: :func:`install` (wire the processor and recorders into a ``TracerProvider``).
+Runtime: :func:`install` (wire the processor and recorders into a ``TracerProvider``),
+:func:`boundary` (record and replay any dependency call as an outcome), :func:`install_replay`
+and the replay instrumentors, the WSGI/ASGI middlewares and the :class:`Uploader`.
+``docs/api.md`` lists every public name.
 """
 
 from __future__ import annotations
@@ -37,10 +40,17 @@ _EXPORTS: dict[str, str] = {
     "MissingFixtureError": "reproit_otel.errors",
     "ORACLE_MARKER_RESOURCE": "reproit_otel.wire.trace",
     "PLACEHOLDER_KEY": "reproit_otel.wire.redaction",
+    "Psycopg2ReplayInstrumentor": "reproit_otel.instrumentation.psycopg2",
     "RecordedPgError": "reproit_otel.errors",
     "ReplayRNG": "reproit_otel.wire.rng",
     "ReplaySession": "reproit_otel.wire.replay",
+    "ReproitASGIMiddleware": "reproit_otel.instrumentation.asgi",
+    "ReproitConfig": "reproit_otel.config",
     "ReproitError": "reproit_otel.errors",
+    "ReproitReplayInstrumentor": "reproit_otel.replay",
+    "ReproitSpanProcessor": "reproit_otel.processor",
+    "ReproitWSGIMiddleware": "reproit_otel.instrumentation.wsgi",
+    "RequestsReplayInstrumentor": "reproit_otel.instrumentation.requests",
     "SECRET_PARTS": "reproit_otel.wire.redaction",
     "SERVER_ERROR_ORACLE": "reproit_otel.wire.trace",
     "ServedResponse": "reproit_otel.wire.replay",
@@ -49,7 +59,9 @@ _EXPORTS: dict[str, str] = {
     "TraceContext": "reproit_otel.wire.trace",
     "TraceError": "reproit_otel.errors",
     "UNSET": "reproit_otel.wire._js",
+    "Uploader": "reproit_otel.uploader",
     "body_delta": "reproit_otel.wire.matching",
+    "boundary": "reproit_otel.instrumentation.invoke",
     "bounded_body": "reproit_otel.wire.bounds",
     "bounded_headers": "reproit_otel.wire.bounds",
     "build_capture_batch": "reproit_otel.wire.batch",
@@ -62,9 +74,12 @@ _EXPORTS: dict[str, str] = {
     "divergence_report": "reproit_otel.wire.replay",
     "http_input": "reproit_otel.wire.inputs",
     "identity": "reproit_otel.wire.trace",
+    "install": "reproit_otel.bootstrap",
+    "install_replay": "reproit_otel.replay",
     "is_secret_key": "reproit_otel.wire.redaction",
     "is_token": "reproit_otel.wire.batch",
     "load_capsule": "reproit_otel.wire.capsule",
+    "load_config": "reproit_otel.config",
     "marked_oracle": "reproit_otel.wire.trace",
     "matches": "reproit_otel.wire.matching",
     "operation_key": "reproit_otel.wire.matching",
@@ -78,6 +93,7 @@ _EXPORTS: dict[str, str] = {
     "serve_pg": "reproit_otel.wire.replay",
     "trace_context_from_headers": "reproit_otel.wire.trace",
     "try_json": "reproit_otel.wire.matching",
+    "uninstall": "reproit_otel.bootstrap",
     "url_path_and_query": "reproit_otel.wire.urls",
     "validate_capsule": "reproit_otel.wire.capsule",
     "validate_capture_batch": "reproit_otel.wire.validate",
@@ -101,17 +117,26 @@ __all__ = [
     "ConfigurationError",
     "DivergedError",
     "MissingFixtureError",
+    "Psycopg2ReplayInstrumentor",
     "RecordedPgError",
     "ReplayRNG",
     "ReplaySession",
+    "ReproitASGIMiddleware",
+    "ReproitConfig",
     "ReproitError",
+    "ReproitReplayInstrumentor",
+    "ReproitSpanProcessor",
+    "ReproitWSGIMiddleware",
+    "RequestsReplayInstrumentor",
     "ServedResponse",
     "StreamBoundaries",
     "ToolCallError",
     "TraceContext",
     "TraceError",
+    "Uploader",
     "__version__",
     "body_delta",
+    "boundary",
     "bounded_body",
     "bounded_headers",
     "build_capture_batch",
@@ -124,9 +149,12 @@ __all__ = [
     "divergence_report",
     "http_input",
     "identity",
+    "install",
+    "install_replay",
     "is_secret_key",
     "is_token",
     "load_capsule",
+    "load_config",
     "marked_oracle",
     "matches",
     "operation_key",
@@ -140,6 +168,7 @@ __all__ = [
     "serve_pg",
     "trace_context_from_headers",
     "try_json",
+    "uninstall",
     "url_path_and_query",
     "validate_capsule",
     "validate_capture_batch",
@@ -160,6 +189,14 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - static types of the lazily loaded names
+    from reproit_otel.bootstrap import (
+        install,
+        uninstall,
+    )
+    from reproit_otel.config import (
+        ReproitConfig,
+        load_config,
+    )
     from reproit_otel.errors import (
         CapsuleError,
         ConfigurationError,
@@ -169,6 +206,31 @@ if TYPE_CHECKING:  # pragma: no cover - static types of the lazily loaded names
         ReproitError,
         ToolCallError,
         TraceError,
+    )
+    from reproit_otel.instrumentation.asgi import (
+        ReproitASGIMiddleware,
+    )
+    from reproit_otel.instrumentation.invoke import (
+        boundary,
+    )
+    from reproit_otel.instrumentation.psycopg2 import (
+        Psycopg2ReplayInstrumentor,
+    )
+    from reproit_otel.instrumentation.requests import (
+        RequestsReplayInstrumentor,
+    )
+    from reproit_otel.instrumentation.wsgi import (
+        ReproitWSGIMiddleware,
+    )
+    from reproit_otel.processor import (
+        ReproitSpanProcessor,
+    )
+    from reproit_otel.replay import (
+        ReproitReplayInstrumentor,
+        install_replay,
+    )
+    from reproit_otel.uploader import (
+        Uploader,
     )
     from reproit_otel.wire._js import (
         UNSET,

@@ -49,3 +49,13 @@ def test_unknown_attribute_is_an_attribute_error() -> None:
         assert "no_such_name" in str(error)
     else:
         raise AssertionError("expected AttributeError")
+
+
+def test_every_public_name_is_documented() -> None:
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text(encoding="utf-8")
+    undocumented = [
+        name for name in reproit_otel.__all__ if name != "__version__" and f"`{name}`" not in page
+    ]
+    assert undocumented == []
