@@ -112,6 +112,12 @@ REPROIT_CI_SPOOL_MAX = "REPROIT_CI_SPOOL_MAX"
 """Total bytes the CI spool may hold (default 16 MiB, clamped to 4 KiB..64 MiB)."""
 REPROIT_DEBUG_DUMP = "REPROIT_DEBUG_DUMP"
 """Directory where every finished operation's events are written as canonical JSON (debugging)."""
+REPROIT_TOOLS = "REPROIT_TOOLS"
+"""``record`` or ``replay`` switches invoke boundaries to fixtures; unset or ``off`` calls live."""
+REPROIT_FIXTURES = "REPROIT_FIXTURES"
+"""Directory of invoke-boundary fixtures (default ``.reproit/fixtures``)."""
+
+DEFAULT_FIXTURES_DIR = ".reproit/fixtures"
 
 
 class EffectsCompleteMode(str, enum.Enum):
@@ -131,6 +137,29 @@ class EffectsCompleteMode(str, enum.Enum):
                 return mode
         valid = ", ".join(mode.value for mode in cls)
         raise ConfigurationError(f"unknown mode {text!r}; expected one of: {valid}")
+
+
+class ToolsMode(str, enum.Enum):
+    """What invoke boundaries do with fixtures (``REPROIT_TOOLS``)."""
+
+    OFF = "off"
+    """Call live; fixtures are neither read nor written."""
+    RECORD = "record"
+    """Call live and write every recordable outcome to its fixture."""
+    REPLAY = "replay"
+    """Never call: serve fixtures, a missing one is a MissingFixtureError."""
+
+    @classmethod
+    def parse(cls, text: str) -> ToolsMode:
+        """The mode named by ``text`` (case-insensitive, empty is ``off``)."""
+        value = text.strip().lower() or "off"
+        for mode in cls:
+            if mode.value == value:
+                return mode
+        valid = ", ".join(mode.value for mode in cls)
+        raise ConfigurationError(
+            f"{REPROIT_TOOLS}={text!r} is not a mode; expected one of: {valid}"
+        )
 
 
 # --- parsers: text -> value, raising ConfigurationError with what was expected -------------
@@ -402,6 +431,21 @@ SETTINGS: tuple[Setting, ...] = (
         "Directory where each finished operation's events are written as a canonical JSON "
         "file named `<traceId>.json` (debugging aid).",
     ),
+    _row(
+        "tools",
+        REPROIT_TOOLS,
+        ToolsMode.OFF,
+        ToolsMode.parse,
+        "Invoke boundaries: `record` writes each outcome to a fixture, `replay` serves "
+        "fixtures and never calls, `off` calls live.",
+    ),
+    _row(
+        "fixtures",
+        REPROIT_FIXTURES,
+        DEFAULT_FIXTURES_DIR,
+        _path,
+        "Directory of invoke-boundary fixtures.",
+    ),
 )
 """The configuration table, in documentation order."""
 
@@ -429,6 +473,8 @@ class ReproitConfig:
     ci_spool: str = ".reproit/ci-spool"
     ci_spool_max: int = _SPOOL_MAX_DEFAULT
     debug_dump: str | None = None
+    tools: ToolsMode = ToolsMode.OFF
+    fixtures: str = DEFAULT_FIXTURES_DIR
     problems: tuple[str, ...] = ()
     """What made the configuration unusable (then ``disabled`` is true)."""
 
@@ -478,6 +524,18 @@ def _read(setting: Setting, environ: Mapping[str, str]) -> Any:
     if first_error is not None and not setting.fallbacks:
         raise first_error
     return setting.default
+
+
+def read_setting(env: str, environ: Mapping[str, str] | None = None) -> Any:
+    """The value of one setting of the table, read now (default ``os.environ``).
+
+    For settings a component must see change at run time (the fixture mode, which a test
+    may switch). Raises :class:`ConfigurationError` when the value is unusable.
+    """
+    for setting in SETTINGS:
+        if setting.env == env:
+            return _read(setting, os.environ if environ is None else environ)
+    raise KeyError(f"{env} is not a reproit-otel setting")
 
 
 def read_config(environ: Mapping[str, str] | None = None) -> ReproitConfig:

@@ -30,7 +30,6 @@ lists it with the command to re-record.
 
 from __future__ import annotations
 
-import enum
 import json
 import os
 import re
@@ -40,7 +39,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from reproit_otel.errors import ConfigurationError
+from reproit_otel.config import (
+    DEFAULT_FIXTURES_DIR,
+    REPROIT_FIXTURES,
+    REPROIT_TOOLS,
+    ToolsMode,
+    read_setting,
+)
 from reproit_otel.wire.canonical import canonical_json
 
 __all__ = [
@@ -60,11 +65,6 @@ __all__ = [
     "write_fixture",
 ]
 
-REPROIT_TOOLS: Final = "REPROIT_TOOLS"
-"""``record`` or ``replay`` switches invoke boundaries to fixtures; unset or ``off`` calls live."""
-REPROIT_FIXTURES: Final = "REPROIT_FIXTURES"
-"""Directory of invoke-boundary fixtures (default ``.reproit/fixtures``)."""
-DEFAULT_FIXTURES_DIR: Final = ".reproit/fixtures"
 FIXTURE_FORMAT: Final = "reproit-invoke-fixture"
 FIXTURE_VERSION: Final = 1
 """The fixture format this version writes; older versions must be re-recorded."""
@@ -73,29 +73,6 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _NAME = re.compile(
     r"^module\.(?P<tool>[A-Za-z0-9_-]*)\.(?P<op>[A-Za-z0-9_-]*)\.(?P<key>[^.]+)\.json$"
 )
-
-
-class ToolsMode(str, enum.Enum):
-    """What invoke boundaries do with fixtures (``REPROIT_TOOLS``)."""
-
-    OFF = "off"
-    """Call live; fixtures are neither read nor written."""
-    RECORD = "record"
-    """Call live and write every recordable outcome to its fixture."""
-    REPLAY = "replay"
-    """Never call: serve fixtures, a missing one is a MissingFixtureError."""
-
-    @classmethod
-    def parse(cls, text: str) -> ToolsMode:
-        """The mode named by ``text`` (case-insensitive, empty is ``off``)."""
-        value = text.strip().lower() or "off"
-        for mode in cls:
-            if mode.value == value:
-                return mode
-        valid = ", ".join(mode.value for mode in cls)
-        raise ConfigurationError(
-            f"{REPROIT_TOOLS}={text!r} is not a mode; expected one of: {valid}"
-        )
 
 
 @dataclass(frozen=True)
@@ -108,9 +85,8 @@ class FixtureSettings:
 
 def tools_settings(environ: Mapping[str, str] | None = None) -> FixtureSettings:
     """Read the fixture settings; raises :class:`ConfigurationError` for an unknown mode."""
-    env = os.environ if environ is None else environ
-    mode = ToolsMode.parse(env.get(REPROIT_TOOLS, ""))
-    directory = env.get(REPROIT_FIXTURES, "").strip() or DEFAULT_FIXTURES_DIR
+    mode: ToolsMode = read_setting(REPROIT_TOOLS, environ)
+    directory: str = read_setting(REPROIT_FIXTURES, environ)
     return FixtureSettings(mode, Path(directory))
 
 
