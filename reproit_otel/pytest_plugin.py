@@ -98,6 +98,8 @@ _SWITCH_ON: Final = ("1", "true", "yes", "on")
 _real_stderr_fd: int | None = None
 # Set when replay was installed before conftest files were loaded.
 _early_replay: str | None = None
+# Set when capture (and its recorders) started before conftest files were loaded.
+_early_capture: CaptureMode | None = None
 
 
 # --- settings -----------------------------------------------------------------------------------
@@ -439,7 +441,7 @@ def pytest_load_initial_conftests(
     early_config: pytest.Config, parser: pytest.Parser, args: list[str]
 ) -> Generator[None, None, None]:
     # Runs before pytest's capture plugin starts capturing and before conftest files load.
-    global _real_stderr_fd, _early_replay
+    global _real_stderr_fd, _early_replay, _early_capture
     if _real_stderr_fd is None:
         try:
             _real_stderr_fd = os.dup(2)
@@ -453,10 +455,18 @@ def pytest_load_initial_conftests(
             namespace.capture = "sys"
         _install_replay(replay)
         _early_replay = replay
+    elif _early_capture is None:
+        # Install the recorders before conftest files import the application, so a
+        # `from psycopg2 import connect` there already sees the recording seam.
+        settings = _settings(early_config, early_config.known_args_namespace)
+        if settings.capture and not settings.disabled and not settings.replay:
+            _early_capture = CaptureMode(settings, RealStderr(_real_stderr_fd))
+            _early_capture.start()
     return (yield)
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    global _early_capture
     config.addinivalue_line(
         "markers",
         "reproit(suite=None, test=None): the suite and test names of this test's "
@@ -478,8 +488,13 @@ def pytest_configure(config: pytest.Config) -> None:
         )
         config.pluginmanager.register(ReplayMode(operation, stderr), _PLUGIN_NAME)
     elif settings.capture:
-        capture = CaptureMode(settings, stderr)
-        capture.start()
+        capture, _early_capture = _early_capture, None
+        if capture is None or capture.settings != settings:
+            if capture is not None:
+                capture.stop()
+            capture = CaptureMode(settings, stderr)
+            capture.start()
+        capture.stderr = stderr
         config.pluginmanager.register(capture, _PLUGIN_NAME)
 
 
