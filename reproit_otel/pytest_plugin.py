@@ -16,8 +16,9 @@ made by its fixtures are recorded too. No decorator is needed. The trace's opera
   ``@pytest.mark.reproit(test="total in EUR")``.
 
 Every ``requests`` call and ``psycopg2`` statement of the test is recorded onto its trace
-(the recorders are installed when those libraries are importable), and test code may add its
-own effects through :func:`reproit_otel.ci.current_test_trace`. A test that fails in any phase
+(the recorders are installed, before conftest files load, when those libraries are
+importable), and test code may add its own effects through
+:func:`reproit_otel.ci.current_test_trace`. A test that fails in any phase
 ends its trace with ``{"error": <failure text>}`` and spools a capsule
 (:mod:`reproit_otel.ci.spool`), announced by a ``REPROIT:CI-CAPSULE`` line on the real standard
 error. Passing, skipped and xfailed tests write nothing. The failure text is ``str()`` of the
