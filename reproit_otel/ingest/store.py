@@ -5,6 +5,7 @@ Usage::
     store = open_store("sqlite:///var/lib/reproit/ingest.db")   # or "postgresql://..."
     result = store.record_batch(batch, body=canonical_text)      # RecordResult
     page = store.list_occurrences(operation="POST /orders", status=500, limit=50)
+    facets = store.occurrence_facets()                           # what the filters offer
     occurrence = store.get_occurrence(result.occurrence_id)
     batch = store.latest_batch(result.occurrence_id)             # for the capsule projection
     store.close()
@@ -91,6 +92,11 @@ _INDEXES = (
     "CREATE INDEX IF NOT EXISTS reproit_occurrences_seen "
     "ON reproit_occurrences (last_seen_ms DESC, id)",
     "CREATE INDEX IF NOT EXISTS reproit_batches_occurrence ON reproit_batches (occurrence_id, seq)",
+    # The list filters (web page and API): each keeps "newest first" an index walk.
+    "CREATE INDEX IF NOT EXISTS reproit_occurrences_operation "
+    "ON reproit_occurrences (operation, last_seen_ms DESC, id)",
+    "CREATE INDEX IF NOT EXISTS reproit_occurrences_status "
+    "ON reproit_occurrences (status, last_seen_ms DESC, id)",
 )
 
 # A fixed key for pg_advisory_xact_lock: instances starting together create the schema once.
@@ -207,6 +213,23 @@ class OccurrencePage:
     limit: int
 
 
+@dataclass(frozen=True)
+class OccurrenceFacets:
+    """The values the occurrence filters can take, each with how many occurrences have it.
+
+    ``operations`` is cut to the :data:`MAX_FACETS` most frequent (ties by name); ``truncated``
+    says whether some were left out.
+    """
+
+    operations: list[tuple[str, int]]
+    statuses: list[tuple[int | None, int]]
+    projects: list[tuple[str, int]]
+    truncated: bool
+
+
+MAX_FACETS = 200
+
+
 class _Cursor(Protocol):
     @property
     def rowcount(self) -> int: ...
@@ -315,6 +338,32 @@ class Store:
             self._upsert(cursor, facts, received_ms=now, batch=False)
         return RecordResult(occurrence_id=facts.occurrence_id, duplicate=False)
 
+    def record_server_spans(
+        self,
+        spans: Sequence[tuple[FailureFacts, str, str]],
+        *,
+        received_ms: int | None = None,
+    ) -> list[RecordResult]:
+        """:meth:`record_server_span` for many ``(facts, trace_id, span_id)`` in one transaction
+        (an OTLP export carries many spans)."""
+        now = int(time.time() * 1000) if received_ms is None else received_ms
+        results: list[RecordResult] = []
+        with self._transaction() as cursor:
+            for facts, trace_id, span_id in spans:
+                cursor.execute(
+                    self._sql(
+                        "INSERT INTO reproit_spans (project_id, trace_id, span_id, "
+                        "occurrence_id, received_ms) VALUES (?, ?, ?, ?, ?) "
+                        "ON CONFLICT (project_id, trace_id, span_id) DO NOTHING"
+                    ),
+                    (facts.project_id, trace_id, span_id, facts.occurrence_id, now),
+                )
+                duplicate = cursor.rowcount == 0
+                if not duplicate:
+                    self._upsert(cursor, facts, received_ms=now, batch=False)
+                results.append(RecordResult(occurrence_id=facts.occurrence_id, duplicate=duplicate))
+        return results
+
     def list_occurrences(
         self,
         *,
@@ -351,6 +400,38 @@ class Store:
             rows = cursor.fetchall()
         items = [Occurrence.from_row(row) for row in rows]
         return OccurrencePage(items=items, total=total, offset=offset, limit=limit)
+
+    def occurrence_facets(self) -> OccurrenceFacets:
+        """Distinct operations, statuses and projects of the stored occurrences, with counts."""
+        with self._transaction() as cursor:
+            cursor.execute(
+                self._sql(
+                    "SELECT operation, COUNT(*) AS n FROM reproit_occurrences GROUP BY operation "
+                    "ORDER BY n DESC, operation LIMIT ?"
+                ),
+                (MAX_FACETS + 1,),
+            )
+            operations = [(str(row[0]), int(row[1])) for row in cursor.fetchall()]
+            cursor.execute(
+                "SELECT status, COUNT(*) FROM reproit_occurrences GROUP BY status ORDER BY status"
+            )
+            statuses = [
+                (None if row[0] is None else int(row[0]), int(row[1])) for row in cursor.fetchall()
+            ]
+            cursor.execute(
+                self._sql(
+                    "SELECT project_id, COUNT(*) AS n FROM reproit_occurrences "
+                    "GROUP BY project_id ORDER BY n DESC, project_id LIMIT ?"
+                ),
+                (MAX_FACETS,),
+            )
+            projects = [(str(row[0]), int(row[1])) for row in cursor.fetchall()]
+        return OccurrenceFacets(
+            operations=operations[:MAX_FACETS],
+            statuses=statuses,
+            projects=projects,
+            truncated=len(operations) > MAX_FACETS,
+        )
 
     def get_occurrence(self, occurrence_id: str) -> Occurrence | None:
         """One occurrence by id, or ``None``."""
