@@ -3,7 +3,8 @@
 ::
 
     reproit-otel serve [--host 127.0.0.1] [--port 8765] [--db sqlite:///reproit-ingest.db]
-                       [--api-key KEY ...] [--max-body-bytes 4194304]
+                       [--api-key KEY ...] [--read-key KEY ...] [--max-body-bytes 4194304]
+                       [--replay-exec COMMAND] [--no-web]
 
 * ``--db``: ``sqlite:///path`` (default ``sqlite:///reproit-ingest.db`` in the working
   directory, or ``$REPROIT_INGEST_DB``) or ``postgresql://user@host:port/db`` for a database
@@ -11,6 +12,13 @@
 * ``--api-key``: accepted bearer keys (repeatable); default ``$REPROIT_INGEST_API_KEYS``
   (comma separated), else ``$REPROIT_API_KEY``. Without any key the ingest is open (every
   request accepted) and a warning says so.
+* ``--read-key``: keys that may only read: the web page and the ``GET`` occurrence API
+  (``reproit-otel list/show/pull``), never send (repeatable); default
+  ``$REPROIT_INGEST_READ_KEYS`` (comma separated).
+* The web page at ``/`` (occurrences, their exchanges and how to replay them) asks for the
+  ingest key or a read key; ``--replay-exec`` (default ``$REPROIT_INGEST_REPLAY_EXEC``) is
+  the command that boots the service, shown in the page's ``reproit-otel check --exec``
+  line; ``--no-web`` serves the API alone.
 * ``--port 0`` picks a free port. Once listening, one line
   ``reproit-otel serve: listening on http://HOST:PORT`` is printed on stderr.
 
@@ -66,6 +74,23 @@ def register(subparsers: Any) -> None:
         help="an accepted bearer key (repeatable)",
     )
     parser.add_argument(
+        "--read-key",
+        dest="read_keys",
+        action="append",
+        default=None,
+        metavar="KEY",
+        help="a key that may only read: web page and occurrence API (repeatable)",
+    )
+    parser.add_argument(
+        "--replay-exec",
+        default=None,
+        metavar="COMMAND",
+        help="the command that boots the service, shown in the page's replay instructions",
+    )
+    parser.add_argument(
+        "--no-web", action="store_true", help="serve the API only, without the web page"
+    )
+    parser.add_argument(
         "--max-body-bytes",
         type=int,
         default=None,
@@ -83,6 +108,13 @@ def _keys(args: argparse.Namespace) -> list[str]:
         return keys
     single = os.environ.get("REPROIT_API_KEY", "").strip()
     return [single] if single else []
+
+
+def _read_keys(args: argparse.Namespace) -> list[str]:
+    if args.read_keys:
+        return [key for key in args.read_keys if key]
+    listed = os.environ.get("REPROIT_INGEST_READ_KEYS", "")
+    return [key.strip() for key in listed.split(",") if key.strip()]
 
 
 def _configure_logging() -> None:
@@ -125,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"reproit-otel serve: cannot open the store {url}: {error}", file=sys.stderr)
         return 2
     keys = _keys(args)
+    read_keys = _read_keys(args)
     if not keys:
         print(
             "reproit-otel serve: no --api-key given: the ingest is open to every request; set "
@@ -134,7 +167,10 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(
         store,
         api_keys=keys,
+        read_keys=read_keys,
         max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
+        web=not args.no_web,
+        replay_exec=args.replay_exec or os.environ.get("REPROIT_INGEST_REPLAY_EXEC") or None,
     )
     config = uvicorn.Config(
         app, host=args.host, port=args.port, log_config=None, access_log=False, lifespan="off"

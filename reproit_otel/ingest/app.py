@@ -24,10 +24,14 @@ Routes (every ``/v1`` route needs ``Authorization: Bearer <key>``):
     (:mod:`reproit_otel.ingest.otlp`). Answers an empty ``ExportTraceServiceResponse``.
 ``GET /healthz``
     ``{"status": "ok"}``, without a key, for probes.
+``GET /`` and the other pages of :mod:`reproit_otel.ingest.web`
+    The web page: occurrences, exchanges, the replay command (``web=False`` leaves it out).
 
-Keys: with an empty key set the ingest is open (a developer's laptop: every request is
-accepted, with or without a bearer token); give keys for anything shared. Store calls are
-synchronous and run in the thread pool.
+Keys: ``api_keys`` may send and read; ``read_keys`` may only read (the ``GET`` routes and the
+web page). With an empty key set the ingest is open (a developer's laptop: every request is
+accepted, with or without a bearer token); give keys for anything shared. Reading needs a key
+as soon as any key, ingest or read-only, is configured. Store calls are synchronous and run
+in the thread pool.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from reproit_otel.ingest.accesslog import AccessLogMiddleware
 from reproit_otel.ingest.batch_check import check_batch, problem_json
@@ -97,16 +101,19 @@ class IngestApp:
         store: Store,
         *,
         api_keys: Collection[str] = (),
+        read_keys: Collection[str] = (),
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         self.store = store
         self.api_keys = tuple(api_keys)
+        self.read_keys = tuple(dict.fromkeys((*self.api_keys, *read_keys)))
         self.max_body_bytes = max_body_bytes
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _authorize(self, request: Request) -> None:
-        if not self.api_keys:
+    def _authorize(self, request: Request, *, read: bool = False) -> None:
+        keys = self.read_keys if read else self.api_keys
+        if not keys:
             return
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
@@ -115,7 +122,7 @@ class IngestApp:
             raise _Refused(
                 401, "auth", "authorization", "send the ingest key as 'Authorization: Bearer KEY'"
             )
-        if not any(hmac.compare_digest(token.encode(), key.encode()) for key in self.api_keys):
+        if not any(hmac.compare_digest(token.encode(), key.encode()) for key in keys):
             raise _Refused(401, "auth", "authorization", "the bearer key is not accepted here")
 
     def _too_large(self, where: str) -> _Refused:
@@ -213,13 +220,11 @@ class IngestApp:
             otlp_request = decode_request(raw, None)
         except OtlpDecodeError as error:
             raise _Refused(400, "otlp", "body", str(error)) from error
-        for span in failing_server_spans(otlp_request):
-            await run_in_threadpool(
-                self.store.record_server_span,
-                span.facts,
-                trace_id=span.trace_id,
-                span_id=span.span_id,
-            )
+        spans = [
+            (span.facts, span.trace_id, span.span_id) for span in failing_server_spans(otlp_request)
+        ]
+        if spans:
+            await run_in_threadpool(self.store.record_server_spans, spans)
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
             ExportTraceServiceResponse,
         )
@@ -230,7 +235,7 @@ class IngestApp:
         )
 
     async def list_occurrences(self, request: Request) -> Response:
-        self._authorize(request)
+        self._authorize(request, read=True)
         query = request.query_params
         status_text = query.get("status")
         limit_text = query.get("limit", "50")
@@ -259,7 +264,7 @@ class IngestApp:
         )
 
     async def get_occurrence(self, request: Request) -> Response:
-        self._authorize(request)
+        self._authorize(request, read=True)
         occurrence_id = request.path_params["occurrence_id"]
         occurrence = await run_in_threadpool(self.store.get_occurrence, occurrence_id)
         if occurrence is None:
@@ -267,7 +272,7 @@ class IngestApp:
         return JSONResponse(occurrence.to_json())
 
     async def get_capsule(self, request: Request) -> Response:
-        self._authorize(request)
+        self._authorize(request, read=True)
         occurrence_id = request.path_params["occurrence_id"]
         occurrence = await run_in_threadpool(self.store.get_occurrence, occurrence_id)
         if occurrence is None:
@@ -305,11 +310,18 @@ def create_app(
     store: Store,
     *,
     api_keys: Collection[str] = (),
+    read_keys: Collection[str] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    web: bool = True,
+    replay_exec: str | None = None,
 ) -> Starlette:
-    """The ingest ASGI application over ``store``."""
-    ingest = IngestApp(store, api_keys=api_keys, max_body_bytes=max_body_bytes)
-    routes = [
+    """The ingest ASGI application over ``store``.
+
+    ``read_keys`` may only read; ``web`` serves the web page at ``/``; ``replay_exec`` is the
+    command the page's replay instructions give ``reproit-otel check --exec``.
+    """
+    ingest = IngestApp(store, api_keys=api_keys, read_keys=read_keys, max_body_bytes=max_body_bytes)
+    routes: list[BaseRoute] = [
         Route("/healthz", _wrap(ingest.healthz), methods=["GET"]),
         Route("/v1/capture-batches", _wrap(ingest.post_capture_batch), methods=["POST"]),
         Route("/v1/traces", _wrap(ingest.post_traces), methods=["POST"]),
@@ -321,6 +333,11 @@ def create_app(
             methods=["GET"],
         ),
     ]
+    if web:
+        from reproit_otel.ingest.web import web_routes
+        from reproit_otel.ingest.webauth import ReadKeys
+
+        routes += web_routes(store, ReadKeys(ingest.read_keys), exec_command=replay_exec)
     app = Starlette(routes=routes, middleware=[Middleware(AccessLogMiddleware)])
     app.state.ingest = ingest
     return app
