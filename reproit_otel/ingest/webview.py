@@ -170,9 +170,13 @@ def _stream(stream: Any, body: Any) -> str:
     )
     head = f'<div class="stream-head">streamed in {len(sizes)} chunk(s){note}</div>'
     split = _utf8_chunks(body, sizes) if isinstance(body, str) else None
-    if split is None:
+    if split is None:  # the sizes do not cut this text (a truncated stream): body, then sizes
         listed = ", ".join(text(size) for size in sizes)
-        return f'<div class="stream">{head}<div class="muted">bytes per chunk: {listed}</div></div>'
+        shown = pre(body_html(body)) if body is not None else ""
+        return (
+            f'<div class="stream">{head}<div class="muted">bytes per chunk: {listed}</div>'
+            f"{shown}</div>"
+        )
     items = "".join(
         f'<li><span class="chunk-size">{text(size)} B</span>{pre(string_html(chunk), "chunk")}</li>'
         for size, chunk in zip(sizes, split, strict=True)
