@@ -160,9 +160,12 @@ class Served:
 
 
 @contextmanager
-def served(upstream: str, dsn: str, environ: Mapping[str, str] | None = None) -> Iterator[Served]:
-    """The service on a loopback port; reproit-otel installed when ``environ`` is given."""
-    app = make_app(upstream, dsn)
+def served(
+    upstream: str, dsn: str, environ: Mapping[str, str] | None = None, *, app: Flask | None = None
+) -> Iterator[Served]:
+    """The service (or ``app``) on a loopback port; reproit-otel installed when ``environ``
+    is given."""
+    app = app if app is not None else make_app(upstream, dsn)
     provider = TracerProvider()
     processor = None
     if environ is not None:
@@ -173,7 +176,7 @@ def served(upstream: str, dsn: str, environ: Mapping[str, str] | None = None) ->
     Psycopg2Instrumentor().instrument(tracer_provider=provider, skip_dep_check=True)
     server = ServedWSGI(app)
     try:
-        yield Served(app, server, provider, processor, app.config["SEEN"])
+        yield Served(app, server, provider, processor, app.config.setdefault("SEEN", []))
     finally:
         server.stop()
         Psycopg2Instrumentor().uninstrument()
