@@ -8,7 +8,11 @@ It receives what production sends and keeps it where a developer can pull it fro
 * :mod:`~reproit_otel.ingest.facts`: what an occurrence is grouped and listed by;
 * :mod:`~reproit_otel.ingest.otlp`: failing server spans from OTLP/HTTP protobuf;
 * :mod:`~reproit_otel.ingest.accesslog`: one JSON access-log line per request;
-* :mod:`~reproit_otel.ingest.server`: the uvicorn server ``reproit-otel serve`` runs.
+* :mod:`~reproit_otel.ingest.server`: the uvicorn server ``reproit-otel serve`` runs;
+* :mod:`~reproit_otel.ingest.web`: the web page at ``/`` (occurrences, exchanges, the replay
+  command), with :mod:`~reproit_otel.ingest.webauth` (read keys, session cookie),
+  :mod:`~reproit_otel.ingest.weblist` and :mod:`~reproit_otel.ingest.webview` (the two
+  pages), :mod:`~reproit_otel.ingest.webhtml` (escaping, recorded values) and ``static/``.
 
 The server dependencies (Starlette, uvicorn, opentelemetry-proto) come with the ``serve``
 extra; nothing here is imported by the SDK at runtime.

@@ -42,6 +42,7 @@ from reproit_otel.wire.redaction import TEXT_PLACEHOLDER
 __all__ = ["BatchView", "occurrence_html", "replay_commands"]
 
 DEFAULT_EXEC = "<command that starts the service on $PORT>"
+MAX_OPEN_CHUNKS = 16
 
 
 @dataclass
@@ -181,7 +182,12 @@ def _stream(stream: Any, body: Any) -> str:
         f'<li><span class="chunk-size">{text(size)} B</span>{pre(string_html(chunk), "chunk")}</li>'
         for size, chunk in zip(sizes, split, strict=True)
     )
-    return f'<div class="stream">{head}<ol class="chunks">{items}</ol></div>'
+    # A long stream is folded: its chunk count is in the heading, the text one click away.
+    opened = " open" if len(sizes) <= MAX_OPEN_CHUNKS else ""
+    return (
+        f'<div class="stream">{head}<details class="chunks"{opened}>'
+        f'<summary>chunks</summary><ol class="chunks">{items}</ol></details></div>'
+    )
 
 
 def _body(part: Mapping[str, Any], label: str = "body") -> str:
