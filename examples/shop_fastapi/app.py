@@ -27,7 +27,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from reproit_otel.instrumentation.invoke import boundary
+import reproit_otel
 
 DATABASE_URL = os.environ.get("SHOP_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 PRICING_URL = os.environ.get("PRICING_URL", "http://127.0.0.1:8101")
@@ -79,7 +79,7 @@ def database() -> Iterator[Any]:
         connection.close()
 
 
-@boundary("tax", "rate")
+@reproit_otel.boundary("tax", "rate")
 def tax_rate(country: str) -> float:
     """The tax rate of ``country``, from the tax service's line protocol."""
     host, _, port = TAX_ADDRESS.rpartition(":")
