@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import json
 import statistics
 import tempfile
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import requests
+import requests.adapters
 
 from benchmarks._common import RESULTS, Child, chart_path, command_line, machine, pyplot, write_json
 
@@ -147,10 +149,36 @@ def _vcrpy(path: Path, base: str, size: int, budget_s: float) -> dict[str, Any]:
     return result
 
 
+class _CannedAdapter(requests.adapters.HTTPAdapter):
+    """Answers every request with the recorded body without any lookup: what ``requests``
+    itself costs per call, the floor under any replay that serves ``requests``."""
+
+    def send(self, request: Any, *args: Any, **kwargs: Any) -> requests.Response:
+        response = requests.Response()
+        response.status_code = 200
+        response._content = b'{"rate":1.5,"currency":"EUR"}'
+        response.headers["content-type"] = "application/json"
+        response.url = request.url
+        response.request = request
+        return response
+
+
+def _floor(base: str, size: int) -> dict[str, Any]:
+    with requests.Session() as http:
+        http.mount("http://", _CannedAdapter())
+        made, seconds = _calls(http, base, size, float("inf"))
+    return {"calls": made, "per_call_us": round(seconds / made * 1e6, 1)}
+
+
 def _live(base: str, size: int) -> dict[str, Any]:
     with requests.Session() as http:
         made, seconds = _calls(http, base, min(size, LIVE_LIMIT), float("inf"))
     return {"calls": made, "per_call_us": round(seconds / made * 1e6, 1)}
+
+
+def _median(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The result with the median per-call cost."""
+    return sorted(results, key=lambda result: float(result["per_call_us"]))[len(results) // 2]
 
 
 def _load_times(path: Path, repeats: int) -> dict[str, float]:
@@ -160,12 +188,16 @@ def _load_times(path: Path, repeats: int) -> dict[str, float]:
     replay: list[float] = []
     validate: list[float] = []
     for _ in range(repeats):
+        gc.collect()
         started = time.perf_counter()
-        load_replay_file(path)
+        session = load_replay_file(path)
         replay.append(time.perf_counter() - started)
+        del session
+        gc.collect()
         started = time.perf_counter()
-        load_capsule(path)
+        capsule = load_capsule(path)
         validate.append(time.perf_counter() - started)
+        del capsule
     return {
         "replay_session_ms": round(statistics.median(replay) * 1e3, 3),
         "validate_ms": round(statistics.median(validate) * 1e3, 3),
@@ -184,6 +216,13 @@ def run(
             folder = Path(scratch)
             capsule = _recorded_capsule(base)
             cassette = _recorded_cassette(base, folder)
+            # One untimed pass of each tool, so first-call imports and caches are not timed.
+            warm = folder / "warm-capsule.json"
+            warm.write_text(json.dumps(_grown_capsule(capsule, 2)), encoding="utf-8")
+            _reproit(warm, base, 2)
+            warm = folder / "warm-cassette.json"
+            warm.write_text(json.dumps(_grown_cassette(cassette, 2)), encoding="utf-8")
+            _vcrpy(warm, base, 2, budget_s)
             for size in sizes:
                 capsule_path = folder / f"capsule-{size}.json"
                 capsule_path.write_text(json.dumps(_grown_capsule(capsule, size)), encoding="utf-8")
@@ -191,21 +230,34 @@ def run(
                 cassette_path.write_text(
                     json.dumps(_grown_cassette(cassette, size)), encoding="utf-8"
                 )
-                reproit = _reproit(capsule_path, base, size)
-                vcrpy = _vcrpy(cassette_path, base, size, budget_s)
+                # Small sizes are repeated (each time from a fresh load) and the median kept.
+                repeat = max(1, 300 // size)
+                reproit = _median([_reproit(capsule_path, base, size) for _ in range(repeat)])
+                vcrpy = _median(
+                    [_vcrpy(cassette_path, base, size, budget_s) for _ in range(repeat)]
+                )
+                floor = _median([_floor(base, size) for _ in range(repeat)])
+                live = _median([_live(base, size) for _ in range(repeat)])
+                above = (vcrpy["per_call_us"] - floor["per_call_us"]) / max(
+                    1.0, reproit["per_call_us"] - floor["per_call_us"]
+                )
                 rows.append(
                     {
                         "calls": size,
                         "capsule_bytes": capsule_path.stat().st_size,
                         "reproit": reproit,
                         "vcrpy": vcrpy,
-                        "live": _live(base, size),
+                        "live": live,
+                        "repeats": repeat,
+                        "requests_floor": floor,
+                        "vcrpy_over_reproit_above_floor": round(above, 2),
                         "vcrpy_over_reproit": round(
                             vcrpy["per_call_us"] / reproit["per_call_us"], 2
                         ),
                         "load": _load_times(capsule_path, repeats),
                     }
                 )
+                gc.collect()
                 print(
                     f"{size:>6} calls: reproit {reproit['per_call_us']:>8.1f} µs/call, "
                     f"vcrpy {vcrpy['per_call_us']:>9.1f} µs/call, "
@@ -252,6 +304,12 @@ def _chart(document: dict[str, Any], path: Path) -> None:
     left.plot(calls, [row["reproit"]["per_call_us"] for row in rows], "o-", label="reproit replay")
     left.plot(calls, [row["vcrpy"]["per_call_us"] for row in rows], "s-", label="vcrpy")
     left.plot(calls, [row["live"]["per_call_us"] for row in rows], "^--", label="live loopback")
+    left.plot(
+        calls,
+        [row["requests_floor"]["per_call_us"] for row in rows],
+        "x:",
+        label="requests alone (canned adapter)",
+    )
     left.set_xscale("log")
     left.set_yscale("log")
     left.set_xlabel("recorded calls served")
