@@ -1,0 +1,86 @@
+"""Every benchmark runs in its quick mode and writes its JSON and its chart.
+
+No figure is asserted: timings belong in ``docs/performance.md``, not in tests. What is
+checked is that each benchmark completes, that its JSON has the documented shape, and that
+its chart is a PNG.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+needs_gunicorn = pytest.mark.skipif(
+    not Path(sys.executable).with_name("gunicorn").exists() and shutil.which("gunicorn") is None,
+    reason="the overhead and outage benchmarks serve with gunicorn (pip install gunicorn)",
+)
+
+
+def _run(name: str, out: Path, postgres_dsn: str | None = None) -> dict[str, Any]:
+    env = {**os.environ}
+    if postgres_dsn is not None:
+        env["REPROIT_TEST_PG_DSN"] = postgres_dsn
+    done = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{name}", "--quick", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert sorted(path.name for path in out.iterdir()) == [f"{name}.json", f"{name}.png"]
+    assert (out / f"{name}.png").read_bytes()[:8] == PNG_SIGNATURE
+    document: dict[str, Any] = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
+    assert (document["benchmark"], document["quick"]) == (name, True)
+    assert set(document["machine"]) == {
+        "nproc",
+        "cpu_model",
+        "python",
+        "implementation",
+        "platform",
+    }
+    return document
+
+
+@needs_gunicorn
+@pytest.mark.postgres
+def test_overhead_quick(tmp_path: Path, postgres_dsn: str) -> None:
+    document = _run("overhead", tmp_path, postgres_dsn)
+    shapes = ["bare", "bare-again", "otel", "reproit-off", "reproit-on", "reproit-fail"]
+    assert list(document["shapes"]) == shapes
+    assert all(set(document["shapes"][s]) >= {"p50_us", "p99_us"} for s in shapes)
+    assert list(document["cost_over_predecessor"]) == shapes[2:]
+    assert document["unexpected_statuses"] == dict.fromkeys(shapes, 0)
+    assert document["internal_errors"] == {s: {} for s in shapes}
+
+
+def test_replay_quick(tmp_path: Path) -> None:
+    document = _run("replay", tmp_path)
+    assert [row["calls"] for row in document["results"]] == [1, 10, 100]
+    for row in document["results"]:
+        assert set(row) >= {"reproit", "vcrpy", "live", "requests_floor", "load"}
+
+
+@needs_gunicorn
+@pytest.mark.postgres
+def test_outage_quick(tmp_path: Path, postgres_dsn: str) -> None:
+    document = _run("outage", tmp_path, postgres_dsn)
+    states = ["healthy", "down", "hanging", "500"]
+    assert list(document["latency"]) == states
+    assert document["unexpected_statuses"] == dict.fromkeys(states, 0)
+    assert list(document["memory"]) == ["hanging", "down"]
+    for result in document["memory"].values():
+        assert result["unexpected_statuses"] == 0
+        assert [s["requests"] for s in result["samples"]] == list(range(0, 401, 100))
