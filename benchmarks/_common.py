@@ -3,7 +3,8 @@
 * :func:`machine` describes the host (CPU count and model, Python, platform) for the report;
 * :class:`Child` runs a helper subprocess that prints ``listening <port>`` when ready;
 * :class:`Service` runs ``benchmarks/_service.py`` under gunicorn (one ``gthread`` worker,
-  keep-alive) in one of the shapes ``_service.py`` knows;
+  keep-alive) in one of the shapes ``_service.py`` knows (its log is discarded unless
+  ``BENCH_VERBOSE=1``);
 * :class:`KeepAliveClient` sends requests over one persistent HTTP/1.1 connection and times
   each from the first byte written to the last byte read;
 * :func:`postgres` yields a DSN: ``REPROIT_TEST_PG_DSN`` or a throwaway cluster;
@@ -65,7 +66,10 @@ def _wait_http(port: int, path: str, timeout: float, process: subprocess.Popen[b
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"the process on port {port} exited with {process.returncode}")
+            raise RuntimeError(
+                f"the process on port {port} exited with {process.returncode} "
+                "(rerun with BENCH_VERBOSE=1 to see its log)"
+            )
         try:
             connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
             connection.request("GET", path)
@@ -153,6 +157,8 @@ class Service:
             cwd=ROOT,
             env={**clean_environment(), **env, "BENCH_SHAPE": shape},
             stdout=subprocess.DEVNULL,
+            # The service logs every undeliverable upload; BENCH_VERBOSE=1 shows its log.
+            stderr=None if os.environ.get("BENCH_VERBOSE") == "1" else subprocess.DEVNULL,
         )
         _wait_http(self.port, "/health", 60, self.process)
 
