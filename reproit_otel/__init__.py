@@ -70,6 +70,7 @@ _EXPORTS: dict[str, str] = {
     "capsule_text": "reproit_otel.wire.capsule",
     "capture_eligibility": "reproit_otel.wire.batch",
     "capture_payload": "reproit_otel.wire.payload",
+    "current_test_trace": "reproit_otel.ci",
     "divergence_line": "reproit_otel.wire.replay",
     "divergence_report": "reproit_otel.wire.replay",
     "http_input": "reproit_otel.wire.inputs",
@@ -145,6 +146,7 @@ __all__ = [
     "capsule_text",
     "capture_eligibility",
     "capture_payload",
+    "current_test_trace",
     "divergence_line",
     "divergence_report",
     "http_input",
@@ -192,6 +194,9 @@ if TYPE_CHECKING:  # pragma: no cover - static types of the lazily loaded names
     from reproit_otel.bootstrap import (
         install,
         uninstall,
+    )
+    from reproit_otel.ci import (
+        current_test_trace,
     )
     from reproit_otel.config import (
         ReproitConfig,
