@@ -221,12 +221,23 @@ def _clamped(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
-def _spool_max(raw: str) -> int:
-    # Section 8.1 follows Node's Number(): "" is 0 (then the floor), a non-integer the default.
+SPOOL_MAX_DEFAULT = 16777216
+SPOOL_MAX_FLOOR = 4096
+SPOOL_MAX_CEILING = 67108864
+
+
+def parse_spool_max(raw: str | None) -> int:
+    """The CI spool cap in bytes from its text (section 8.1: JavaScript ``Number``, clamped).
+
+    ``None`` or a value that is not a whole number gives the 16 MiB default; the empty string
+    is 0 for ``Number`` and so gives the 4096 floor, as in the reference.
+    """
+    if raw is None:
+        return SPOOL_MAX_DEFAULT
     number = js_number(raw)
-    if not isinstance(number, (int, float)) or not math.isfinite(number) or number != int(number):
-        return _SPOOL_MAX_DEFAULT
-    return min(67108864, max(4096, int(number)))
+    if not math.isfinite(number) or number != int(number):
+        return SPOOL_MAX_DEFAULT
+    return min(SPOOL_MAX_CEILING, max(SPOOL_MAX_FLOOR, int(number)))
 
 
 def _secret_values(raw: str) -> tuple[str, ...]:
@@ -252,9 +263,6 @@ def _path(raw: str) -> str | None:
 
 def _is_token(value: str) -> bool:
     return is_token(value)
-
-
-_SPOOL_MAX_DEFAULT = 16777216
 
 
 @dataclass(frozen=True)
@@ -419,8 +427,8 @@ SETTINGS: tuple[Setting, ...] = (
     _row(
         "ci_spool_max",
         REPROIT_CI_SPOOL_MAX,
-        _SPOOL_MAX_DEFAULT,
-        _spool_max,
+        SPOOL_MAX_DEFAULT,
+        parse_spool_max,
         "Total bytes the CI spool may hold, clamped to 4096..67108864.",
     ),
     _row(
@@ -471,7 +479,7 @@ class ReproitConfig:
     replay: str | None = None
     ci_capture: bool = False
     ci_spool: str = ".reproit/ci-spool"
-    ci_spool_max: int = _SPOOL_MAX_DEFAULT
+    ci_spool_max: int = SPOOL_MAX_DEFAULT
     debug_dump: str | None = None
     tools: ToolsMode = ToolsMode.OFF
     fixtures: str = DEFAULT_FIXTURES_DIR

@@ -80,6 +80,7 @@ from reproit_otel.ci.spool import (
     ci_envelope,
     parse_spool_max,
 )
+from reproit_otel.config import REPROIT_CI_SPOOL, REPROIT_CI_SPOOL_MAX
 from reproit_otel.wire._js import UNSET
 
 __all__ = ["CaptureMode", "ReplayMode", "operation_of"]
@@ -93,7 +94,6 @@ _RECORDERS: Final = (
     ("psycopg2", "reproit_otel.instrumentation.psycopg2"),
 )
 
-_SWITCH_ON: Final = ("1", "true", "yes", "on")
 
 # A duplicate of the real descriptor 2, taken before pytest starts capturing output.
 _real_stderr_fd: int | None = None
@@ -133,10 +133,10 @@ def _settings(config: pytest.Config, namespace: Any) -> _Settings:
 
     spool = getattr(namespace, "reproit_spool", None)
     if not spool:
-        spool = os.environ.get("REPROIT_CI_SPOOL") or _ini(config, "reproit_spool") or ""
+        spool = os.environ.get(REPROIT_CI_SPOOL) or _ini(config, "reproit_spool") or ""
     raw_max = getattr(namespace, "reproit_spool_max", None)
     if raw_max is None:
-        raw_max = os.environ.get("REPROIT_CI_SPOOL_MAX")
+        raw_max = os.environ.get(REPROIT_CI_SPOOL_MAX)
     if raw_max is None:
         raw_max = _ini(config, "reproit_spool_max") or None
     return _Settings(
@@ -448,8 +448,11 @@ def pytest_load_initial_conftests(
             _real_stderr_fd = os.dup(2)
         except OSError:
             _real_stderr_fd = None
-    replay = os.environ.get("REPROIT_REPLAY", "")
-    if replay and os.environ.get("REPROIT_DISABLED", "").strip().lower() not in _SWITCH_ON:
+    from reproit_otel.config import load_config
+
+    environment = load_config()
+    replay = environment.replay or ""
+    if replay and not environment.disabled:
         namespace = early_config.known_args_namespace
         if getattr(namespace, "capture", None) == "fd":
             # Divergence lines are written to descriptor 2; keep it uncaptured.

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import os
 import secrets
 from collections.abc import Mapping, Sequence
@@ -32,7 +31,12 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from reproit_otel.ci.naming import CI_ORACLE
-from reproit_otel.wire._js import js_number
+from reproit_otel.config import (
+    SPOOL_MAX_CEILING,
+    SPOOL_MAX_DEFAULT,
+    SPOOL_MAX_FLOOR,
+    parse_spool_max,
+)
 from reproit_otel.wire.batch import CaptureEnvironment, host_environment
 from reproit_otel.wire.capsule import CAPTURE_FORMAT, capsule_bytes
 
@@ -54,23 +58,6 @@ _log = logging.getLogger("reproit_otel")
 DEFAULT_SPOOL_DIR: Final = ".reproit/ci-spool"
 """Where capsules go when no spool directory is configured (relative to the working directory)."""
 DROPPED_COUNT_FILE: Final = "dropped.count"
-SPOOL_MAX_DEFAULT: Final = 16777216
-SPOOL_MAX_FLOOR: Final = 4096
-SPOOL_MAX_CEILING: Final = 67108864
-
-
-def parse_spool_max(raw: str | None) -> int:
-    """The spool cap in bytes from its text (JavaScript ``Number`` syntax, then clamped).
-
-    ``None`` or a value that is not a whole number gives the 16 MiB default; the empty string
-    is 0 for ``Number`` and so gives the 4096 floor, as in the reference.
-    """
-    if raw is None:
-        return SPOOL_MAX_DEFAULT
-    number = js_number(raw)
-    if not math.isfinite(number) or number != int(number):
-        return SPOOL_MAX_DEFAULT
-    return min(SPOOL_MAX_CEILING, max(SPOOL_MAX_FLOOR, int(number)))
 
 
 @dataclass
