@@ -148,17 +148,19 @@ def _row(item: Occurrence) -> str:
     )
 
 
-def _pager(query: ListQuery, page: OccurrencePage) -> str:
+def _pager(query: ListQuery, page: OccurrencePage, *, top: bool) -> str:
+    range_id = ' id="range"' if top else ""
     pages = max(1, -(-page.total // PAGE_SIZE))
-    first = page.offset + 1 if page.items else 0
+    first = page.offset + 1
     last = page.offset + len(page.items)
+    shown = f"{first}–{last}" if page.items else "none"
     links = []
     if query.page > 1:
         links.append(f'<a rel="prev" href="{text(query.url(page=query.page - 1))}">← Newer</a>')
     if last < page.total:
         links.append(f'<a rel="next" href="{text(query.url(page=query.page + 1))}">Older →</a>')
     return (
-        f'<nav class="pager" aria-label="pages"><span id="range">{first}–{last} of '
+        f'<nav class="pager" aria-label="pages"><span{range_id}>{shown} of '
         f"{page.total} · page {query.page} of {pages}</span> {' '.join(links)}</nav>"
     )
 
@@ -182,6 +184,6 @@ def list_html(query: ListQuery, page: OccurrencePage, facets: OccurrenceFacets) 
         )
     return (
         "<h1>Occurrences <small>grouped by failure signature, most recently seen first</small>"
-        f"</h1>{_filters(query, facets)}{_pager(query, page)}{table}"
-        f"{_pager(query, page) if page.items else ''}"
+        f"</h1>{_filters(query, facets)}{_pager(query, page, top=True)}{table}"
+        f"{_pager(query, page, top=False) if page.items else ''}"
     )

@@ -7,8 +7,8 @@ exchanges, placeholders, replay command, copy button and capsule download. Scree
 in ``test-artifacts/`` (``REPROIT_TEST_ARTIFACTS`` overrides the folder).
 
 Chromium is Debian's ``chromium`` (``.ci/browser-deps`` installs it), driven by Playwright
-for Python; the browser tests are skipped when either is missing, the key and 10,000-row
-tests run without a browser.
+for Python. Without either the browser test is skipped, or fails when ``CI`` is set; the key
+and 10,000-row tests run without a browser.
 """
 
 from __future__ import annotations
@@ -202,11 +202,21 @@ def _operations(page: str) -> list[str]:
 # -- the browser -----------------------------------------------------------------------------
 
 
+def _unavailable(reason: str) -> None:
+    """Skip on a developer's machine without the browser; fail in CI, where it must run."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI must run the browser test)")
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    sync_api = pytest.importorskip("playwright.sync_api")
-    if not Path(CHROMIUM).exists() or shutil.which(CHROMIUM) is None:
-        pytest.skip(f"no Chromium at {CHROMIUM}; .ci/browser-deps installs it")
+    try:
+        from playwright import sync_api
+    except ImportError:
+        _unavailable("Playwright for Python is not installed (pip install playwright)")
+    if shutil.which(CHROMIUM) is None:
+        _unavailable(f"no Chromium at {CHROMIUM}; .ci/browser-deps installs it")
     with sync_api.sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:

@@ -314,11 +314,15 @@ def test_facets_and_filters(store: Store) -> None:
         listed = _get(client, "/?status=500")
         narrowed = _get(client, "/?status=500&project=shop")
         empty = _get(client, "/?operation=GET+/none")
+        beyond = _get(client, "/?page=9")
     assert re.findall(r'<a class="op" href="[^"]*">([^<]*)</a>', listed) == ["POST /c", "GET /a"]
     assert '<option value="500" selected>500 (2)</option>' in listed
     assert '<option value="admin">admin (1)</option>' in listed
     assert re.findall(r'<a class="op" href="[^"]*">([^<]*)</a>', narrowed) == ["GET /a"]
     assert "No occurrence matches these filters." in empty
+    assert '<span id="range">none of 3 · page 9 of 1</span> <a rel="prev" href="/?page=8">' in (
+        beyond
+    )
 
 
 def test_an_occurrence_seen_only_over_otlp(store: Store) -> None:
