@@ -142,3 +142,40 @@ def test_without_faults_the_same_run_captures_and_uploads(
         "queued": 0,
     }
     assert len(received) == 2
+
+
+@pytest.mark.xfail(strict=True, reason="known gap: a defect while sending ends the uploader thread")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_delivery_defect_drops_one_batch_and_the_uploader_keeps_sending(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from reproit_otel.uploader import UploaderSettings
+    from reproit_otel.wire.batch import CaptureSettings
+    from tests.integration.capture_helpers import failing_trace
+
+    monkeypatch.setenv(_guard.STRICT_ENV, "0")
+    original = Uploader._post
+    calls: list[int] = []
+
+    def first_attempt_breaks(self: Uploader, body: bytes) -> int | None:
+        calls.append(len(body))
+        if len(calls) == 1:
+            raise RuntimeError("injected fault while sending")
+        return original(self, body)
+
+    monkeypatch.setattr(Uploader, "_post", first_attempt_breaks)
+    ingest = LoopbackIngest()
+    sink = Uploader(
+        UploaderSettings(
+            endpoint=ingest.url, api_key="k", capture=CaptureSettings("shop"), retry_limit=0
+        )
+    )
+    try:
+        sink.record(failing_trace(trace_id="cap-1-1"))
+        sink.record(failing_trace(trace_id="cap-1-2"))
+        flushed = sink.flush(5)
+        stats = sink.stats()
+    finally:
+        sink.close(0.1)
+        ingest.stop()
+    assert (flushed, stats["sent_batches"], stats["dropped_operations"]) == (True, 1, 1)
