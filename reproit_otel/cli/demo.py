@@ -1,8 +1,9 @@
 """``reproit-otel demo [--app flask|fastapi] [--workdir DIR] [--examples DIR]``.
 
 Capture a failing request of the example shop and reproduce it with every dependency stopped
-(see :mod:`reproit_otel.demo`). Exit 0 when the replay reproduced the failure, 1 for any other
-verdict, 2 when a stage could not run, 130 when interrupted.
+(see :mod:`reproit_otel.demo`). Exit 0 when the replay reproduced the failure and the fixed
+copy replayed as fixed, 1 for any other verdict, 2 when a stage could not run, 130 when
+interrupted.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ def register(subparsers: Any) -> None:
         description=(
             "Start a throwaway PostgreSQL, the local ingest, the shop's upstreams and the shop "
             "under opentelemetry-instrument; send traffic including a failing order; stop "
-            "every dependency; pull the capsule and replay it with `reproit-otel check`. "
-            "Exit 0 when the failure is reproduced."
+            "every dependency; pull the capsule and replay it with `reproit-otel check` "
+            "(reproduced), then against a copy of the shop with the bug fixed (fixed). "
+            "Exit 0 when both verdicts are as expected."
         ),
     )
     parser.add_argument(
