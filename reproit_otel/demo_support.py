@@ -329,17 +329,25 @@ class ThrowawayPostgres:
         command = list(argv)
         if self.as_user:
             command = ["runuser", "-u", self.as_user, "--", *command]
-        done = subprocess.run(
+        # Its own process group, so an interruption stops runuser's child (initdb) as well.
+        process = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             env=self.env,
-            timeout=timeout,
-            check=False,
+            start_new_session=True,
         )
-        if done.returncode != 0:
-            output = (done.stdout + done.stderr).decode("utf-8", "replace").strip()
-            raise DemoError(f"`{' '.join(argv[:2])} ...` failed ({done.returncode}):\n{output}")
+        try:
+            output, _ = process.communicate(timeout=timeout)
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            raise
+        if process.returncode != 0:
+            text = output.decode("utf-8", "replace").strip()
+            raise DemoError(f"`{' '.join(argv[:2])} ...` failed ({process.returncode}):\n{text}")
 
     def start(self) -> None:
         """initdb, then start the server and wait until it accepts connections."""
