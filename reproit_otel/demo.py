@@ -118,10 +118,12 @@ class _Run:
 
 def find_examples(explicit: Path | None = None) -> Path:
     """The ``examples`` folder: ``explicit``, else the one of this source checkout."""
-    candidates = [explicit] if explicit else []
-    candidates += [Path.cwd() / "examples", Path(__file__).resolve().parents[1] / "examples"]
+    if explicit is not None:
+        candidates = [explicit]
+    else:
+        candidates = [Path.cwd() / "examples", Path(__file__).resolve().parents[1] / "examples"]
     for candidate in candidates:
-        if candidate is not None and (candidate / "shop" / "app.py").is_file():
+        if (candidate / "shop" / "app.py").is_file():
             return candidate.resolve()
     raise DemoError(
         "the demo runs the example shop from a clone of the reproit-otel repository, and "
