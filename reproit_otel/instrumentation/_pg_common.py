@@ -33,7 +33,6 @@ __all__ = [
     "column_entry",
     "effect_key",
     "effect_kind",
-    "error_type_name",
     "statement_text",
 ]
 
@@ -104,9 +103,3 @@ def column_entry(column: Any) -> list[Any]:
     entry.append(getattr(column, "table_oid", None))
     entry.append(getattr(column, "table_column", None))
     return entry
-
-
-def error_type_name(error: BaseException) -> str:
-    """``module.QualifiedName`` of an exception class, as recorded in ``error.type``."""
-    cls = type(error)
-    return f"{cls.__module__}.{cls.__qualname__}"

@@ -44,6 +44,7 @@ from psycopg2 import extensions as _ext
 
 from reproit_otel import recording
 from reproit_otel._guard import guarded
+from reproit_otel.instrumentation._exceptions import exception_type_name
 from reproit_otel.instrumentation._pg_common import (
     LIBRARY,
     RESOURCE,
@@ -51,7 +52,6 @@ from reproit_otel.instrumentation._pg_common import (
     column_entry,
     effect_key,
     effect_kind,
-    error_type_name,
     statement_text,
 )
 from reproit_otel.instrumentation._pg_values import (
@@ -108,7 +108,7 @@ def error_response(error: BaseException) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "message": str(error),
         "code": getattr(error, "pgcode", None),
-        "type": error_type_name(error),
+        "type": exception_type_name(error),
     }
     pgerror = getattr(error, "pgerror", None)
     if pgerror is not None:

@@ -42,6 +42,7 @@ from psycopg2 import extensions as _ext
 
 from reproit_otel.errors import DivergedError
 from reproit_otel.instrumentation import _pg_offline as offline
+from reproit_otel.instrumentation._exceptions import allowed_exception_classes
 from reproit_otel.instrumentation._pg_common import (
     TRUNCATED_MESSAGE,
     callproc_text,
@@ -131,20 +132,8 @@ def serve(text: str, values: Any) -> Mapping[str, Any]:
     return response
 
 
-def _exception_classes(module: Any) -> dict[str, type[BaseException]]:
-    found: dict[str, type[BaseException]] = {}
-    for value in vars(module).values():
-        if isinstance(value, type) and issubclass(value, Exception):
-            found[f"{value.__module__}.{value.__qualname__}"] = value
-    return found
-
-
 # Only these classes are ever instantiated from a capsule.
-_ALLOWED: dict[str, type[BaseException]] = {
-    **_exception_classes(builtins),
-    **_exception_classes(psycopg2),
-    **_exception_classes(_errors),
-}
+_ALLOWED = allowed_exception_classes(builtins, psycopg2, _errors)
 
 
 def rebuild_error(fields: Mapping[str, Any]) -> BaseException:

@@ -32,6 +32,7 @@ from typing import Any, TypedDict
 from urllib.parse import urlsplit, urlunsplit
 
 from reproit_otel._guard import guarded
+from reproit_otel.instrumentation._exceptions import exception_type_name
 from reproit_otel.recording import ExchangeRecorder
 from reproit_otel.wire._js import utf8_bytes
 from reproit_otel.wire.bounds import (
@@ -69,12 +70,11 @@ class ErrorFields(TypedDict):
 
 def describe_error(error: BaseException) -> ErrorFields:
     """The ``error`` object recorded for ``error``."""
-    cls = type(error)
     try:
         message = str(error)
     except Exception:  # a broken __str__ must not lose the exchange
         message = repr(error)
-    return {"type": f"{cls.__module__}.{cls.__qualname__}", "message": message}
+    return {"type": exception_type_name(error), "message": message}
 
 
 def _text(value: str | bytes) -> str:

@@ -25,6 +25,7 @@ import requests.exceptions
 import urllib3.exceptions
 from urllib3.response import HTTPResponse
 
+from reproit_otel.instrumentation._exceptions import allowed_exception_classes
 from reproit_otel.instrumentation._requests_record import recorded_url
 from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.matching import try_json
@@ -48,22 +49,9 @@ DIVERGED_REASON = "Reproit Diverged"
 _READ_BLOCK = 65536
 
 
-def _exception_classes(module: Any) -> dict[str, type[BaseException]]:
-    found: dict[str, type[BaseException]] = {}
-    for value in vars(module).values():
-        if isinstance(value, type) and issubclass(value, Exception):
-            found[f"{value.__module__}.{value.__qualname__}"] = value
-    return found
-
-
 # Only these classes are ever instantiated from a capsule: the transport errors requests and
 # urllib3 raise, the standard library's TLS errors and the built-in exceptions.
-_ALLOWED: dict[str, type[BaseException]] = {
-    **_exception_classes(builtins),
-    **_exception_classes(ssl),
-    **_exception_classes(urllib3.exceptions),
-    **_exception_classes(requests.exceptions),
-}
+_ALLOWED = allowed_exception_classes(builtins, ssl, urllib3.exceptions, requests.exceptions)
 
 
 def rebuild_error(error: Any, request: Any) -> BaseException:
