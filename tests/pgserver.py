@@ -61,11 +61,28 @@ class ThrowawayPostgres:
     def start(self) -> None:
         if self.as_user:
             shutil.chown(self.root, user=self.as_user)
-        self._run(_find_tool("initdb"), "-D", str(self.data), "-A", "trust", "-E", "UTF8",
-                  "--locale=C.UTF-8")
+        self._run(
+            _find_tool("initdb"),
+            "-D",
+            str(self.data),
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+            "--locale=C.UTF-8",
+        )
         options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
-        self._run(_find_tool("pg_ctl"), "-D", str(self.data), "-o", options,
-                  "-l", str(self.root / "log"), "-w", "start")
+        self._run(
+            _find_tool("pg_ctl"),
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-l",
+            str(self.root / "log"),
+            "-w",
+            "start",
+        )
 
     def stop(self) -> None:
         try:
