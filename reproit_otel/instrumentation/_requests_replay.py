@@ -7,6 +7,9 @@
 ``iter_content``/``iter_lines`` use) hands out the recorded chunks one by one, a chunk longer
 than the requested size split as urllib3 splits it. :func:`rebuild_error` turns a recorded
 ``error`` back into an exception of the recorded class, resolved from an allow-list.
+:func:`telemetry_refusal` is what a call made under OpenTelemetry's
+``suppress_instrumentation`` (an exporter's upload) gets instead: it is neither served nor let
+out, and it is no divergence.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ __all__ = [
     "reason_phrase",
     "rebuild_error",
     "served_headers",
+    "telemetry_refusal",
 ]
 
 DIVERGED_REASON = "Reproit Diverged"
@@ -77,6 +81,24 @@ def rebuild_error(error: Any, request: Any) -> BaseException:
             with contextlib.suppress(AttributeError):
                 setattr(exc, attribute, None)
     return exc
+
+
+def telemetry_refusal(request: Any) -> requests.exceptions.ConnectionError:
+    """The error a suppressed (telemetry) call gets during a replay; counts the refusal.
+
+    Exporters send under ``suppress_instrumentation``; their traffic is not the application's
+    behaviour, so it must not consume a recorded exchange or write a DIVERGENCE line, and a
+    replay never lets anything out.
+    """
+    from reproit_otel.replay.session import note_quiet_refusal
+
+    note_quiet_refusal()
+    return requests.exceptions.ConnectionError(
+        f"reproit replay refused telemetry traffic ({request.method} {recorded_url(request.url)}):"
+        " calls made under OpenTelemetry's suppress_instrumentation are not served from the"
+        " capsule and never leave a replayed process",
+        request=request,
+    )
 
 
 def reason_phrase(status: int) -> str | None:

@@ -74,7 +74,11 @@ answered from :func:`reproit_otel.replay.session.active_session` by the matcher 
   :class:`requests.exceptions.ConnectionError`) with the recorded message; a recorded
   mid-body error is raised after the recorded part of the body;
 * a call the recording does not hold is answered ``599 Reproit Diverged`` with the body
-  ``{"reproit":"diverged"}`` and its ``REPROIT:DIVERGENCE`` line goes to standard error.
+  ``{"reproit":"diverged"}`` and its ``REPROIT:DIVERGENCE`` line goes to standard error;
+* a call made under OpenTelemetry's ``suppress_instrumentation`` (an exporter's upload) is
+  neither served nor sent: it raises :class:`requests.exceptions.ConnectionError` saying so,
+  writes no DIVERGENCE line and is counted
+  (:func:`reproit_otel.replay.session.quiet_refusal_count`).
 
 The live call is redacted as the capture was before it is compared (D8): the URL through the
 same password and query rule, configured secret values scrubbed from the URL and the body.
@@ -109,8 +113,14 @@ from reproit_otel.instrumentation._requests_replay import (
     live_probe,
     rebuild_error,
     served_headers,
+    telemetry_refusal,
 )
-from reproit_otel.recording import recording_enabled, registered_secret_values, start_exchange
+from reproit_otel.recording import (
+    is_suppressed,
+    recording_enabled,
+    registered_secret_values,
+    start_exchange,
+)
 from reproit_otel.replay.session import active_session, report_divergence
 from reproit_otel.wire._js import utf8_bytes
 
@@ -218,6 +228,8 @@ def _replay_send(secrets: tuple[str, ...]) -> _Send:
                 "REPROIT_REPLAY to a capsule, or uninstrument RequestsReplayInstrumentor",
                 request=request,
             )
+        if is_suppressed():  # an exporter's upload: refused quietly, never a divergence
+            raise telemetry_refusal(request)
         probe = live_probe(request, secrets + registered_secret_values())
         with _serve_lock:
             result = answer(session, probe)

@@ -5,9 +5,21 @@ usual way (under ``opentelemetry-instrument``, or with :func:`reproit_otel.insta
 bootstrap then calls :func:`install_replay`, which
 
 1. loads the file into the process's :class:`~reproit_otel.ReplaySession`,
-2. pins the capsule's determinism envelope (time zone, clock, :mod:`random`), and
+2. pins the capsule's determinism envelope (time zone, clock, :mod:`random`),
 3. installs :class:`ReproitReplayInstrumentor`, which patches ``requests`` and ``psycopg2`` at
-   the same seams the recorders use, so a served call still produces its OpenTelemetry span.
+   the same seams the recorders use, so a served call still produces its OpenTelemetry span,
+4. installs the network tripwire (:mod:`reproit_otel.replay.tripwire`): any other client's
+   connection to a non-loopback address is refused and reported, and
+5. writes one line to the process's real standard error (file descriptor 2) saying that the
+   replay is active::
+
+       REPROIT:REPLAY {"capsule":"/abs/path/capsule.json","exchanges":6}
+
+   (``capsule`` is the path as given, ``exchanges`` the number of recorded exchanges; keys in
+   this order). ``reproit-otel check`` requires this line from a production replay: without it
+   the application never loaded the capsule (``opentelemetry-instrument`` failed to set up,
+   ``REPROIT_REPLAY`` did not reach the process, reproit-otel is not installed there) and
+   ran live, so its answer says nothing about the recording.
 
 From then on no recorded library opens a socket: a call the recording holds is served from it,
 and any other call is a ``REPROIT:DIVERGENCE`` (HTTP 599, or ``DivergedError`` for SQL).
@@ -24,10 +36,27 @@ from typing import Any
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 from reproit_otel.replay.envelope import PinnedEnvelope, pin_envelope
-from reproit_otel.replay.session import activate, active_session, deactivate, load_replay_file
+from reproit_otel.replay.session import (
+    activate,
+    active_session,
+    deactivate,
+    load_replay_file,
+    write_stderr_line,
+)
+from reproit_otel.replay.tripwire import install_tripwire, uninstall_tripwire
+from reproit_otel.wire.canonical import ordered_json
 from reproit_otel.wire.replay import ReplaySession
 
-__all__ = ["ReproitReplayInstrumentor", "install_replay", "uninstall_replay"]
+__all__ = [
+    "REPLAY_MARKER",
+    "ReproitReplayInstrumentor",
+    "install_replay",
+    "replay_marker_line",
+    "uninstall_replay",
+]
+
+REPLAY_MARKER = "REPROIT:REPLAY "
+"""The prefix of the line :func:`install_replay` writes once the replay is active."""
 
 _log = logging.getLogger("reproit_otel")
 
@@ -67,10 +96,16 @@ class ReproitReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             instrumentor.uninstrument()
 
 
+def replay_marker_line(capsule: str, exchanges: int) -> str:
+    """``REPROIT:REPLAY {"capsule":...,"exchanges":N}`` (no trailing newline)."""
+    return REPLAY_MARKER + ordered_json({"capsule": capsule, "exchanges": exchanges})
+
+
 def install_replay(path: str | os.PathLike[str] | None = None) -> ReplaySession:
     """Load ``path`` (default ``$REPROIT_REPLAY``), pin its envelope and serve its calls.
 
-    Calling it again while a session is active returns that session.
+    Also installs the network tripwire and writes the ``REPROIT:REPLAY`` line to file
+    descriptor 2. Calling it again while a session is active returns that session.
     """
     global _pinned
     current = active_session()
@@ -85,12 +120,15 @@ def install_replay(path: str | os.PathLike[str] | None = None) -> ReplaySession:
     for reason in _pinned.skipped:
         _log.warning("reproit replay: envelope not fully pinned: %s", reason)
     ReproitReplayInstrumentor().instrument()
+    install_tripwire()
+    write_stderr_line(replay_marker_line(os.fspath(target), session.total))
     return session
 
 
 def uninstall_replay() -> None:
-    """Restore every patched library, the clock, the time zone and :mod:`random`."""
+    """Restore every patched library, the sockets, the clock, the time zone and :mod:`random`."""
     global _pinned
+    uninstall_tripwire()
     ReproitReplayInstrumentor().uninstrument()
     if _pinned is not None:
         _pinned.restore()

@@ -6,6 +6,9 @@ and every replay instrumentor serves calls from it. A call the recording does no
 divergence: its ``REPROIT:DIVERGENCE`` line goes to the process's real standard error (file
 descriptor 2, never through ``logging`` or a captured ``sys.stderr``) so ``reproit-otel check``
 and the CI runner can read it.
+
+Traffic the replay refuses without a divergence (calls made under OpenTelemetry's
+``suppress_instrumentation``: exporters) is counted by :func:`note_quiet_refusal`.
 """
 
 from __future__ import annotations
@@ -26,12 +29,16 @@ __all__ = [
     "deactivate",
     "divergence_count",
     "load_replay_file",
+    "note_quiet_refusal",
+    "quiet_refusal_count",
     "report_divergence",
+    "write_stderr_line",
 ]
 
 _lock = threading.Lock()
 _session: ReplaySession | None = None
 _divergences = 0
+_quiet_refusals = 0
 
 
 def load_replay_file(path: str | os.PathLike[str]) -> ReplaySession:
@@ -74,10 +81,11 @@ def activate(session: ReplaySession) -> None:
 
 def deactivate() -> None:
     """Forget the active session (used by ``uninstrument`` and tests)."""
-    global _session, _divergences
+    global _session, _divergences, _quiet_refusals
     with _lock:
         _session = None
         _divergences = 0
+        _quiet_refusals = 0
 
 
 def active_session() -> ReplaySession | None:
@@ -90,6 +98,11 @@ def report_divergence(line: str) -> None:
     global _divergences
     with _lock:
         _divergences += 1
+    write_stderr_line(line)
+
+
+def write_stderr_line(line: str) -> None:
+    """Write ``line`` + newline to file descriptor 2, unbuffered; never raises."""
     data = (line.rstrip("\n") + "\n").encode("utf-8", "surrogatepass")
     try:
         while data:
@@ -97,6 +110,18 @@ def report_divergence(line: str) -> None:
             data = data[written:]
     except OSError:
         pass
+
+
+def note_quiet_refusal() -> None:
+    """Count one call refused without a divergence (telemetry traffic during a replay)."""
+    global _quiet_refusals
+    with _lock:
+        _quiet_refusals += 1
+
+
+def quiet_refusal_count() -> int:
+    """How many calls this replay refused quietly (see :func:`note_quiet_refusal`)."""
+    return _quiet_refusals
 
 
 def divergence_count() -> int:
