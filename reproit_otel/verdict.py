@@ -6,7 +6,9 @@ Two paths, chosen by the capsule's operation (PROTOCOL 8.4 and 9.3):
   ``REPROIT_REPLAY`` set and read the ``REPROIT:CI-TEST`` marker the pytest plugin writes.
 * **Production capsules** (operation ``METHOD /path``) boot the application command with
   ``REPROIT_REPLAY`` and ``PORT``, wait for it to answer HTTP, fire the recorded request and
-  judge the response status.
+  judge the response status. The application must also have written the ``REPROIT:REPLAY``
+  line (:func:`reproit_otel.replay.install_replay` does): without it the application never
+  loaded the capsule and ran live, and the verdict is *inconclusive*.
 
 In both, any ``REPROIT:DIVERGENCE`` line on the application's standard error means the run
 left the recording and the verdict is *diverged*.
@@ -17,7 +19,8 @@ verdict        exit  meaning
 reproduced     1     the recorded failure happened again
 fixed          0     the same inputs now succeed
 diverged       3     the application made a call the recording does not hold
-inconclusive   3     no usable answer (timeout, no marker, a different failure, no boot)
+inconclusive   3     no usable answer (timeout, no marker, a different failure, no boot,
+                     no replay)
 =============  ====  =====================================================================
 """
 
@@ -45,6 +48,7 @@ __all__ = [
     "CheckResult",
     "Verdict",
     "check_capsule",
+    "classify_production_run",
     "classify_test_run",
     "load_check_target",
     "offline_verdict",
@@ -52,6 +56,10 @@ __all__ = [
 
 DIVERGENCE_MARKER = "REPROIT:DIVERGENCE "
 CI_TEST_MARKER = "REPROIT:CI-TEST "
+REPLAY_MARKER = "REPROIT:REPLAY "
+"""Written by the replayed process once its replay is active (``reproit_otel.replay``)."""
+OBSERVED_BODY_BYTES = 8192
+"""How much of the replayed response body ``observedResult.body`` keeps."""
 TEST_TRIGGER_PREFIX = "test:"
 
 CI_RUN_TIMEOUT_S = 120.0
@@ -328,16 +336,59 @@ def recorded_request(capsule: Mapping[str, Any]) -> tuple[str, str, bytes | None
     return method or "GET", target, body
 
 
-def _fire(port: int, method: str, target: str, body: bytes | None) -> int:
+def _fire(port: int, method: str, target: str, body: bytes | None) -> tuple[int, bytes]:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=REQUEST_TIMEOUT_S)
     try:
         headers = {"content-type": "application/json"} if body is not None else {}
         connection.request(method, target, body=body, headers=headers)
         response = connection.getresponse()
-        response.read()
-        return response.status
+        return response.status, response.read()
     finally:
         connection.close()
+
+
+def observed_body(data: bytes) -> dict[str, Any]:
+    """``body`` (the first :data:`OBSERVED_BODY_BYTES` as UTF-8 text) and ``bodyBytes``."""
+    return {
+        "body": data[:OBSERVED_BODY_BYTES].decode("utf-8", "replace"),
+        "bodyBytes": len(data),
+    }
+
+
+def replay_markers(lines: list[str]) -> list[dict[str, Any]]:
+    """The ``REPROIT:REPLAY`` payloads among ``lines`` (one per replaying process)."""
+    found = []
+    for line in lines:
+        payload = _parse_marker(line, REPLAY_MARKER)
+        if payload is not None:
+            found.append(payload)
+    return found
+
+
+def classify_production_run(
+    status: int | None, divergences: list[dict[str, Any]], replayed: bool, failure: str
+) -> tuple[Verdict, str]:
+    """The production verdict (PROTOCOL 9.3, plus the replay proof) of one finished run.
+
+    ``failure`` says why there is no status (no boot, the request failed); ``replayed`` is
+    whether the application wrote a ``REPROIT:REPLAY`` line.
+    """
+    if divergences:
+        return Verdict.DIVERGED, "the application made a call the capsule does not hold"
+    if not replayed:
+        reason = (
+            "the application never loaded the capsule: it wrote no REPROIT:REPLAY line, so it "
+            "ran without replay (is reproit-otel installed where it runs, and did "
+            "opentelemetry-instrument set up? an exporter it cannot create stops it)"
+        )
+        return Verdict.INCONCLUSIVE, f"{reason}; also, {failure}" if failure else reason
+    if status is None:
+        return Verdict.INCONCLUSIVE, failure
+    if status >= 500:
+        return Verdict.REPRODUCED, f"the recorded request answered HTTP {status} again"
+    if 200 <= status < 400:
+        return Verdict.FIXED, f"the recorded request now answers HTTP {status}"
+    return Verdict.INCONCLUSIVE, f"the recorded request answered HTTP {status}"
 
 
 def _has_exchange(capsule: Mapping[str, Any]) -> bool:
@@ -374,8 +425,9 @@ def _run_hermetic_check(
             method, target, body = recorded_request(capsule)
             observed["request"] = {"method": method, "target": target}
             try:
-                status = _fire(port, method, target, body)
+                status, answer = _fire(port, method, target, body)
                 observed["status"] = status
+                observed.update(observed_body(answer))
             except (OSError, http.client.HTTPException) as error:
                 reason = f"the recorded request failed: {error}"
             time.sleep(STDERR_GRACE_S)
@@ -385,16 +437,9 @@ def _run_hermetic_check(
         _stop(process)
         pump.join(5.0)
     divergences = _divergences(pump.lines)
-    if divergences:
-        verdict, reason = Verdict.DIVERGED, "the application made a call the capsule does not hold"
-    elif status is None:
-        verdict = Verdict.INCONCLUSIVE
-    elif status >= 500:
-        verdict, reason = Verdict.REPRODUCED, f"the recorded request answered HTTP {status} again"
-    elif 200 <= status < 400:
-        verdict, reason = Verdict.FIXED, f"the recorded request now answers HTTP {status}"
-    else:
-        verdict, reason = Verdict.INCONCLUSIVE, f"the recorded request answered HTTP {status}"
+    markers = replay_markers(pump.lines)
+    observed["replay"] = markers[0] if markers else None
+    verdict, reason = classify_production_run(status, divergences, bool(markers), reason)
     returned = _last_return(capsule["events"])
     return CheckResult(
         verdict=verdict,

@@ -1,19 +1,34 @@
-"""``reproit-otel check CAPSULE [--exec COMMAND] [--json]``: replay and give the verdict.
+"""``reproit-otel check CAPSULE|OCC [--exec COMMAND] [--json]``: replay and give the verdict.
 
-Exit codes: 0 fixed, 1 reproduced, 3 diverged or inconclusive, 2 for an unusable capsule.
+``CAPSULE`` is a capsule or capture-batch file. An argument that names no existing file (and
+does not look like a path: no ``/``, no ``.json`` ending) is an occurrence id: its capsule is
+pulled from the ingest (``--ingest URL``, default ``$REPROIT_INGEST_URL``, else
+``http://127.0.0.1:8765``; ``--api-key KEY``, default ``$REPROIT_API_KEY``) and saved as
+``.reproit/capsules/<id>.json`` under the current folder, which is printed on standard error
+and kept, so the same capsule can be checked again (or shared) without the ingest.
+
+Exit codes: 0 fixed, 1 reproduced, 3 diverged or inconclusive, 2 for an unusable capsule
+(not JSON, wrong format or version, no events, no exchange with ``--exec``) or an occurrence
+that cannot be pulled (unknown, without a capsule, key refused, no ingest answering).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
+from pathlib import Path
 from typing import Any
 
 from reproit_otel.errors import CapsuleError
 from reproit_otel.verdict import BOOT_TIMEOUT_S, CI_RUN_TIMEOUT_S, CheckResult, check_capsule
 
-__all__ = ["register", "run"]
+__all__ = ["CAPSULE_FOLDER", "register", "resolve_target", "run"]
+
+CAPSULE_FOLDER = Path(".reproit") / "capsules"
+"""Where a capsule pulled by occurrence id is saved, relative to the current folder."""
 
 
 def register(subparsers: Any) -> None:
@@ -22,13 +37,19 @@ def register(subparsers: Any) -> None:
         "check",
         help="replay a capsule with every dependency served and give the verdict",
         description=(
-            "Replay CAPSULE (a reproit-backend-capture file, or a capture batch) with "
-            "REPROIT_REPLAY set. For a CI capsule, COMMAND is the test command; for a "
-            "production capsule it boots the application, which must listen on $PORT. "
-            "Exit 0 fixed, 1 reproduced, 3 diverged or inconclusive, 2 unusable capsule."
+            "Replay CAPSULE (a reproit-backend-capture file, or a capture batch, or the id of "
+            "an occurrence whose capsule is pulled from the ingest into "
+            ".reproit/capsules/<id>.json) with REPROIT_REPLAY set. For a CI capsule, COMMAND "
+            "is the test command; for a production capsule it boots the application, which "
+            "must listen on $PORT. Exit 0 fixed, 1 reproduced, 3 diverged or inconclusive, 2 "
+            "unusable capsule or occurrence."
         ),
     )
-    parser.add_argument("capsule", help="path of the capsule or capture batch file")
+    parser.add_argument(
+        "capsule",
+        metavar="CAPSULE",
+        help="capsule or capture batch file, or an occurrence id (occ_...) on the ingest",
+    )
     parser.add_argument(
         "--exec",
         dest="command",
@@ -48,21 +69,78 @@ def register(subparsers: Any) -> None:
         default=BOOT_TIMEOUT_S,
         help=f"seconds to wait for the application to answer HTTP (default {BOOT_TIMEOUT_S:g})",
     )
+    parser.add_argument(
+        "--ingest",
+        default=None,
+        metavar="URL",
+        help="the ingest to pull an occurrence from (default $REPROIT_INGEST_URL, else "
+        "http://127.0.0.1:8765)",
+    )
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        metavar="KEY",
+        help="bearer key for the ingest (default $REPROIT_API_KEY)",
+    )
     parser.set_defaults(handler=run)
 
 
+def _looks_like_path(argument: str) -> bool:
+    separators = {"/", os.sep, os.altsep or "/"}
+    return any(mark in argument for mark in separators) or argument.lower().endswith(".json")
+
+
+def resolve_target(argument: str, *, ingest: str | None = None, api_key: str | None = None) -> Path:
+    """The capsule file ``argument`` names: the file itself, or an occurrence's pulled capsule.
+
+    Raises :class:`~reproit_otel.errors.CapsuleError` (one line) when the argument is a
+    missing path or the occurrence cannot be pulled.
+    """
+    path = Path(argument)
+    if path.exists() or _looks_like_path(argument):
+        return path  # a missing path is reported by the capsule loader
+    if not argument.strip():
+        raise CapsuleError("give a capsule file or an occurrence id")
+    from reproit_otel.cli.occurrences import IngestClientError, client_for, fetch_capsule
+
+    client = client_for(ingest, api_key)
+    try:
+        body = fetch_capsule(client, argument)
+    except IngestClientError as error:
+        raise CapsuleError(
+            f"{argument} is no file, and occurrence {argument} cannot be pulled: {error}"
+        ) from None
+    target = CAPSULE_FOLDER / (re.sub(r"[^A-Za-z0-9_.-]", "_", argument) + ".json")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(body)
+    print(
+        f"reproit-otel check: pulled occurrence {argument} from {client.base_url} into {target}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return target
+
+
+_BODY_SHOWN = 300
+
+
 def _summary(result: CheckResult) -> str:
+    observed = dict(result.observed)
+    body = observed.pop("body", None)
     lines = [
         f"operation:   {result.operation}",
         f"mode:        {result.mode}",
         f"recorded:    {result.recorded_failure or '(no failure text recorded)'}",
-        f"observed:    {json.dumps(result.observed, ensure_ascii=False)}",
+        f"observed:    {json.dumps(observed, ensure_ascii=False)}",
     ]
+    if isinstance(body, str) and body:
+        shown = " ".join(body.split())
+        cut = "..." if len(shown) > _BODY_SHOWN else ""
+        lines.append(f"body:        {shown[:_BODY_SHOWN]}{cut}")
     for index, divergence in enumerate(result.divergences, 1):
         got = divergence.get("got") or {}
-        described = " ".join(
-            str(got.get(part)) for part in ("method", "url", "text") if got.get(part)
-        )
+        parts = ("method", "url", "text", "tool", "op", "address", "port")
+        described = " ".join(str(got.get(part)) for part in parts if got.get(part) is not None)
         lines.append(f"divergence {index}: {divergence.get('protocol')} {described}")
     lines.append(f"verdict:     {result.verdict.value.upper()} ({result.reason})")
     return "\n".join(lines)
@@ -71,8 +149,9 @@ def _summary(result: CheckResult) -> str:
 def run(args: argparse.Namespace) -> int:
     """Execute ``check`` and return the exit code."""
     try:
+        target = resolve_target(args.capsule, ingest=args.ingest, api_key=args.api_key)
         result = check_capsule(
-            args.capsule,
+            target,
             args.command,
             echo=None if args.json else sys.stderr,
             timeout=args.timeout,

@@ -29,7 +29,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_INGEST_URL", "IngestClient", "IngestClientError", "register"]
+__all__ = [
+    "DEFAULT_INGEST_URL",
+    "IngestClient",
+    "IngestClientError",
+    "client_for",
+    "fetch_capsule",
+    "register",
+]
 
 DEFAULT_INGEST_URL = "http://127.0.0.1:8765"
 INGEST_URL_ENV = "REPROIT_INGEST_URL"
@@ -157,10 +164,26 @@ def register(subparsers: Any) -> None:
     pull.set_defaults(handler=run_pull)
 
 
+def client_for(
+    ingest: str | None = None, api_key: str | None = None, *, timeout: float = 10.0
+) -> IngestClient:
+    """The client for ``ingest`` (else ``$REPROIT_INGEST_URL``, else the local default) and
+    ``api_key`` (else ``$REPROIT_API_KEY``)."""
+    url = ingest or os.environ.get(INGEST_URL_ENV) or DEFAULT_INGEST_URL
+    key = api_key or os.environ.get(API_KEY_ENV) or None
+    return IngestClient(url, key, timeout=timeout)
+
+
+def fetch_capsule(client: IngestClient, occurrence: str) -> bytes:
+    """The capsule bytes of ``occurrence``, exactly as the ingest serves them.
+
+    Raises :class:`IngestClientError` (unknown occurrence, no capsule, refused key, no ingest).
+    """
+    return client.get(_occurrence_path(occurrence) + "/capsule")
+
+
 def _client(args: argparse.Namespace) -> IngestClient:
-    url = args.ingest or os.environ.get(INGEST_URL_ENV) or DEFAULT_INGEST_URL
-    key = args.api_key or os.environ.get(API_KEY_ENV) or None
-    return IngestClient(url, key, timeout=args.timeout)
+    return client_for(args.ingest, args.api_key, timeout=args.timeout)
 
 
 def _fail(command: str, error: IngestClientError) -> int:
@@ -261,9 +284,8 @@ def run_show(args: argparse.Namespace) -> int:
 
 def run_pull(args: argparse.Namespace) -> int:
     """Execute ``pull``."""
-    client = _client(args)
     try:
-        capsule = client.get(_occurrence_path(args.occurrence) + "/capsule")
+        capsule = fetch_capsule(_client(args), args.occurrence)
     except IngestClientError as error:
         return _fail("pull", error)
     if args.output:

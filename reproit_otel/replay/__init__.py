@@ -19,7 +19,9 @@ bootstrap then calls :func:`install_replay`, which
    this order). ``reproit-otel check`` requires this line from a production replay: without it
    the application never loaded the capsule (``opentelemetry-instrument`` failed to set up,
    ``REPROIT_REPLAY`` did not reach the process, reproit-otel is not installed there) and
-   ran live, so its answer says nothing about the recording.
+   ran live, so its answer says nothing about the recording. A CI capsule (operation
+   ``test:...``) gets no such line: its ``REPROIT:CI-TEST`` line already proves the replay, and
+   a CI run's marker lines stay exactly the reference's (PROTOCOL 8.3).
 
 From then on no recorded library opens a socket: a call the recording holds is served from it,
 and any other call is a ``REPROIT:DIVERGENCE`` (HTTP 599, or ``DivergedError`` for SQL).
@@ -66,6 +68,8 @@ _LIBRARY_INSTRUMENTORS = (
     ("reproit_otel.instrumentation.psycopg2", "Psycopg2ReplayInstrumentor", "psycopg2"),
 )
 
+_CI_OPERATION_PREFIX = "test:"
+
 _pinned: PinnedEnvelope | None = None
 
 
@@ -104,8 +108,9 @@ def replay_marker_line(capsule: str, exchanges: int) -> str:
 def install_replay(path: str | os.PathLike[str] | None = None) -> ReplaySession:
     """Load ``path`` (default ``$REPROIT_REPLAY``), pin its envelope and serve its calls.
 
-    Also installs the network tripwire and writes the ``REPROIT:REPLAY`` line to file
-    descriptor 2. Calling it again while a session is active returns that session.
+    Also installs the network tripwire and, for a production capsule, writes the
+    ``REPROIT:REPLAY`` line to file descriptor 2. Calling it again while a session is active
+    returns that session.
     """
     global _pinned
     current = active_session()
@@ -121,7 +126,9 @@ def install_replay(path: str | os.PathLike[str] | None = None) -> ReplaySession:
         _log.warning("reproit replay: envelope not fully pinned: %s", reason)
     ReproitReplayInstrumentor().instrument()
     install_tripwire()
-    write_stderr_line(replay_marker_line(os.fspath(target), session.total))
+    operation = session.capsule.get("operation")
+    if not (isinstance(operation, str) and operation.startswith(_CI_OPERATION_PREFIX)):
+        write_stderr_line(replay_marker_line(os.fspath(target), session.total))
     return session
 
 

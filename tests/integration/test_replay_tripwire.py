@@ -101,6 +101,20 @@ def test_install_replay_writes_the_replay_line_once(
     assert stderr_lines(capfd) == []
 
 
+def test_a_ci_capsule_gets_no_replay_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # Its REPROIT:CI-TEST line proves the replay; CI marker lines stay the reference's.
+    path = tmp_path / "ci.json"
+    path.write_text(json.dumps({**CAPSULE, "operation": "test:unit#case"}), encoding="utf-8")
+    install_replay(path)
+    try:
+        assert tripwire_installed()
+        assert stderr_lines(capfd) == []
+    finally:
+        uninstall_replay()
+
+
 def test_urllib_to_a_non_loopback_address_is_refused_and_reported(
     replaying: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
