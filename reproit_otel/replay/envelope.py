@@ -12,7 +12,13 @@ What is pinned, from the capsule's top-level ``envelope``:
   ``randint``, ``randrange``, ``choice``, ``choices``, ``sample``, ``uniform``, ``shuffle``
   and the distributions built on them) draw from the RNG-S stream of the seed; ``random.seed``
   becomes a no-op. Instances of :class:`random.Random` the application creates itself, and
-  ``secrets``/``os.urandom``, are not affected.
+  ``secrets``/``os.urandom``, are not affected. OpenTelemetry's default id generator also
+  draws from the module-level :func:`random.getrandbits`: the global SDK
+  ``TracerProvider``'s :class:`~opentelemetry.sdk.trace.id_generator.RandomIdGenerator` is
+  given a private generator of its own, so the pinned stream serves the application alone
+  and its values do not depend on how many spans came first (the health checks a replay
+  waits on, for one). A provider set up after the replay is installed keeps drawing from
+  the pinned stream.
 
 A field that is absent or unusable is not pinned; :func:`pin_envelope` reports what it did.
 """
@@ -136,6 +142,41 @@ def _pin_random(seed: str, pinned: PinnedEnvelope) -> None:
     def undo() -> None:
         for name, function in previous.items():
             setattr(random, name, function)
+
+    pinned._undo.append(undo)
+    _private_telemetry_ids(pinned)
+
+
+def _private_telemetry_ids(pinned: PinnedEnvelope) -> None:
+    """Keep OpenTelemetry's span and trace ids off the pinned :mod:`random` stream."""
+    try:
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+    except ImportError:
+        return
+    generator = getattr(trace.get_tracer_provider(), "id_generator", None)
+    if type(generator) is not RandomIdGenerator:
+        return  # a proxy provider, or an id generator the application chose
+    private = random.Random()  # seeded from os.urandom, never from the capsule
+
+    def generate_span_id() -> int:
+        while True:
+            span_id = private.getrandbits(64)
+            if span_id != trace.INVALID_SPAN_ID:
+                return span_id
+
+    def generate_trace_id() -> int:
+        while True:
+            trace_id = private.getrandbits(128)
+            if trace_id != trace.INVALID_TRACE_ID:
+                return trace_id
+
+    generator.generate_span_id = generate_span_id  # type: ignore[method-assign]
+    generator.generate_trace_id = generate_trace_id  # type: ignore[method-assign]
+
+    def undo() -> None:
+        for name in ("generate_span_id", "generate_trace_id"):
+            vars(generator).pop(name, None)
 
     pinned._undo.append(undo)
 
