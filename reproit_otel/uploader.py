@@ -385,7 +385,12 @@ class Uploader:
                 with self._cond:
                     self._stats["dropped_operations"] += 1
                 continue
-            sent = self._send(body)
+            try:
+                sent = self._send(body)
+            except Exception:
+                # A defect while sending costs this batch, never the uploader thread.
+                _log.exception("reproit-otel could not send a capture batch; it is dropped")
+                sent = False
             with self._cond:
                 self._stats["capture_dropped_effects"] += build.dropped_effects
                 self._stats["capture_replaced_values"] += build.replaced_values

@@ -144,8 +144,6 @@ def test_without_faults_the_same_run_captures_and_uploads(
     assert len(received) == 2
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: a defect while sending ends the uploader thread")
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_a_delivery_defect_drops_one_batch_and_the_uploader_keeps_sending(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
