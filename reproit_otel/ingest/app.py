@@ -54,6 +54,7 @@ from reproit_otel.ingest.batch_check import check_batch, problem_json
 from reproit_otel.ingest.facts import UnsignedBatchError, batch_facts
 from reproit_otel.ingest.otlp import OtlpDecodeError, decode_request, failing_server_spans
 from reproit_otel.ingest.store import MAX_PAGE, Store
+from reproit_otel.wire._js import has_lone_surrogate
 from reproit_otel.wire.canonical import canonical_json
 from reproit_otel.wire.capsule import capsule_bytes, capsule_from_batch
 
@@ -172,6 +173,18 @@ class IngestApp:
             batch = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
         except (UnicodeDecodeError, ValueError) as error:
             raise _Refused(400, "json", "body", f"the body is not UTF-8 JSON: {error}") from error
+        except RecursionError as error:
+            raise _Refused(
+                400, "json", "body", "the body nests too deeply to be a capture batch"
+            ) from error
+        if has_lone_surrogate(batch):
+            raise _Refused(
+                400,
+                "json",
+                "body",
+                "a string holds a lone UTF-16 surrogate escape (\\udxxx); text must be valid "
+                "Unicode",
+            )
         checked = check_batch(batch)
         if checked.refused:
             first = checked.refused[0]

@@ -19,6 +19,7 @@ __all__ = [
     "UNSET",
     "UnsetType",
     "code_point_cut",
+    "has_lone_surrogate",
     "is_js_integer",
     "is_unset",
     "js_number",
@@ -86,6 +87,27 @@ def well_formed(text: str) -> str:
     if _SURROGATE.search(text) is None:
         return text
     return text.encode("utf-16-be", "surrogatepass").decode("utf-16-be", "surrogatepass")
+
+
+def has_lone_surrogate(value: Any) -> bool:
+    """True when a string anywhere in a JSON value (keys included) holds a lone surrogate.
+
+    Python's ``json`` joins an escaped surrogate pair into one code point, so any surrogate
+    code point left in a parsed string has no partner: valid JSON, but not valid Unicode, and
+    not encodable as UTF-8. The walk uses its own stack, so nesting depth does not matter.
+    """
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item) is not None:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return False
 
 
 def utf8_bytes(text: str) -> bytes:
