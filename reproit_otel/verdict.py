@@ -120,24 +120,13 @@ class CheckResult:
 
 def load_check_target(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a capsule, or a capture batch projected to one, and validate it."""
-    from reproit_otel.wire.capsule import capsule_from_batch, validate_capsule
+    from reproit_otel.replay.session import read_capsule_file
+    from reproit_otel.wire.capsule import validate_capsule
 
-    file = Path(path)
-    try:
-        document = json.loads(file.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise CapsuleError(f"cannot read {file}: {error}") from error
-    except ValueError as error:
-        raise CapsuleError(f"{file} is not JSON: {error}") from error
-    if isinstance(document, dict) and "batchId" in document and "format" not in document:
-        projected = capsule_from_batch(document)
-        if projected is None:
-            raise CapsuleError(f"{file} is a capture batch that does not project to a capsule")
-        document = projected
+    document = read_capsule_file(path)
     validate_capsule(document)
     if not document.get("events"):
-        raise CapsuleError(f"{file} holds no events; there is nothing to replay")
-    assert isinstance(document, dict)
+        raise CapsuleError(f"{path} holds no events; there is nothing to replay")
     return document
 
 

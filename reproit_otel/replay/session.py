@@ -13,13 +13,14 @@ Traffic the replay refuses without a divergence (calls made under OpenTelemetry'
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from pathlib import Path
 from typing import Any
 
 from reproit_otel.errors import CapsuleError
+from reproit_otel.wire._js import has_lone_surrogate
+from reproit_otel.wire._jsparse import js_json_parse
 from reproit_otel.wire.capsule import capsule_from_batch
 from reproit_otel.wire.replay import ReplaySession
 
@@ -31,6 +32,7 @@ __all__ = [
     "load_replay_file",
     "note_quiet_refusal",
     "quiet_refusal_count",
+    "read_capsule_file",
     "report_divergence",
     "write_stderr_line",
 ]
@@ -41,35 +43,50 @@ _divergences = 0
 _quiet_refusals = 0
 
 
-def load_replay_file(path: str | os.PathLike[str]) -> ReplaySession:
-    """Load a capsule, or a capture batch projected to its capsule, into a replay session.
+def read_capsule_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a capsule, or a capture batch projected to its capsule, as a JSON object.
 
-    Raises :class:`~reproit_otel.errors.CapsuleError` when the file is missing, is not JSON,
-    or holds neither a capsule nor a batch that projects to one.
+    The file is parsed with ``JSON.parse`` rules (no ``NaN``, any nesting depth). Raises
+    :class:`~reproit_otel.errors.CapsuleError` when the file is missing, is not UTF-8 JSON,
+    holds a lone surrogate escape, or holds neither a capsule nor a batch that projects to one.
+    The capsule's own fields are checked by whoever uses it.
     """
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")
     except OSError as error:
-        raise CapsuleError(f"REPROIT_REPLAY names {file}, which cannot be read: {error}") from error
+        raise CapsuleError(f"cannot read {file}: {error}") from error
+    except UnicodeDecodeError as error:
+        raise CapsuleError(f"{file} is not UTF-8 text: {error}") from error
     try:
-        document: Any = json.loads(text)
+        document: Any = js_json_parse(text)
     except ValueError as error:
         raise CapsuleError(
-            f"REPROIT_REPLAY file {file} is not JSON ({error}); expected a "
-            "reproit-backend-capture capsule or a capture-batch-v1"
+            f"{file} is not JSON ({error}); expected a reproit-backend-capture capsule or a "
+            "capture-batch-v1"
         ) from error
+    if has_lone_surrogate(document):
+        raise CapsuleError(f"{file} holds a lone UTF-16 surrogate escape; text must be Unicode")
     if isinstance(document, dict) and "batchId" in document and "format" not in document:
         capsule = capsule_from_batch(document)
         if capsule is None:
             raise CapsuleError(
-                f"REPROIT_REPLAY file {file} is a capture batch without an operation start, "
-                "a trigger or a failure observation, so it cannot be replayed"
+                f"{file} is a capture batch without an operation start, a trigger or a failure "
+                "observation, so it cannot be replayed"
             )
         document = capsule
     if not isinstance(document, dict):
-        raise CapsuleError(f"REPROIT_REPLAY file {file} does not hold a JSON object")
-    return ReplaySession(document)
+        raise CapsuleError(f"{file} does not hold a JSON object")
+    return document
+
+
+def load_replay_file(path: str | os.PathLike[str]) -> ReplaySession:
+    """Load a capsule, or a capture batch projected to its capsule, into a replay session.
+
+    Raises :class:`~reproit_otel.errors.CapsuleError` as :func:`read_capsule_file` does, and
+    for a capsule whose format or version replay does not accept.
+    """
+    return ReplaySession(read_capsule_file(path))
 
 
 def activate(session: ReplaySession) -> None:
