@@ -95,6 +95,7 @@ _EXPORTS: dict[str, str] = {
     "trace_context_from_headers": "reproit_otel.wire.trace",
     "try_json": "reproit_otel.wire.matching",
     "uninstall": "reproit_otel.bootstrap",
+    "uninstall_replay": "reproit_otel.replay",
     "url_path_and_query": "reproit_otel.wire.urls",
     "validate_capsule": "reproit_otel.wire.capsule",
     "validate_capture_batch": "reproit_otel.wire.validate",
@@ -171,6 +172,7 @@ __all__ = [
     "trace_context_from_headers",
     "try_json",
     "uninstall",
+    "uninstall_replay",
     "url_path_and_query",
     "validate_capsule",
     "validate_capture_batch",
@@ -233,6 +235,7 @@ if TYPE_CHECKING:  # pragma: no cover - static types of the lazily loaded names
     from reproit_otel.replay import (
         ReproitReplayInstrumentor,
         install_replay,
+        uninstall_replay,
     )
     from reproit_otel.uploader import (
         Uploader,
