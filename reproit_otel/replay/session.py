@@ -9,26 +9,38 @@ and the CI runner can read it.
 
 Traffic the replay refuses without a divergence (calls made under OpenTelemetry's
 ``suppress_instrumentation``: exporters) is counted by :func:`note_quiet_refusal`.
+
+Redaction (decision D8): the session :func:`load_replay_file` builds redacts every live probe
+the way the capture redacted the recorded request before it is matched and before a
+DIVERGENCE line prints it (:func:`reproit_otel.wire.replay.live_redactor`): secret query
+parameter values, secret-named keys of HTTP bodies and of named SQL parameters, and the
+values of :func:`live_secret_values` (``REPROIT_SECRET_VALUES`` as the environment says when
+the call is made, and every value read through :mod:`reproit_otel.secrets`) wherever they
+occur. A secret never reaches standard error through a DIVERGENCE line.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from reproit_otel.errors import CapsuleError
+from reproit_otel.config import REPROIT_SECRET_VALUES, read_setting
+from reproit_otel.errors import CapsuleError, ConfigurationError
+from reproit_otel.recording import registered_secret_values
 from reproit_otel.wire._js import has_lone_surrogate
 from reproit_otel.wire._jsparse import js_json_parse
 from reproit_otel.wire.capsule import capsule_from_batch
-from reproit_otel.wire.replay import ReplaySession
+from reproit_otel.wire.replay import ReplaySession, live_redactor
 
 __all__ = [
     "activate",
     "active_session",
     "deactivate",
     "divergence_count",
+    "live_secret_values",
     "load_replay_file",
     "note_quiet_refusal",
     "quiet_refusal_count",
@@ -86,7 +98,27 @@ def load_replay_file(path: str | os.PathLike[str]) -> ReplaySession:
     Raises :class:`~reproit_otel.errors.CapsuleError` as :func:`read_capsule_file` does, and
     for a capsule whose format or version replay does not accept.
     """
-    return ReplaySession(read_capsule_file(path))
+    return ReplaySession(read_capsule_file(path), live_redactor=live_redactor(live_secret_values))
+
+
+@lru_cache(maxsize=8)
+def _configured(raw: str) -> tuple[str, ...]:
+    try:
+        values: tuple[str, ...] = read_setting(REPROIT_SECRET_VALUES, {REPROIT_SECRET_VALUES: raw})
+    except ConfigurationError:
+        return ()  # the configuration already reported it; replay still runs
+    return values
+
+
+def live_secret_values() -> tuple[str, ...]:
+    """The secret values scrubbed from live calls in replay (D8), as they are now.
+
+    ``REPROIT_SECRET_VALUES`` read from the environment at each call (a test may change it),
+    then every value registered through :func:`reproit_otel.secrets.get`.
+    """
+    raw = os.environ.get(REPROIT_SECRET_VALUES)
+    configured = () if raw is None else _configured(raw)
+    return tuple(dict.fromkeys((*configured, *registered_secret_values())))
 
 
 def activate(session: ReplaySession) -> None:

@@ -95,10 +95,14 @@ def live_redactor(secrets: Iterable[str] | Callable[[], Iterable[str]] = ()) -> 
     """A :data:`LiveRedactor` applying to live probes what capture applied to exchanges (D8).
 
     HTTP probes: secret query parameter values in ``url`` become ``$reproit`` and the body
-    goes through key-name redaction; every string of the probe (``url``, ``body``, and for
-    ``pg`` the statement ``text`` and ``values``) then has the configured secret values
-    replaced. ``secrets`` is the list of secret values, or a callable returning the current
-    list (read at each call, so secrets registered later still apply).
+    goes through key-name redaction; ``pg`` probes: named parameters (``values`` as an
+    object) go through key-name redaction, as the recorded request did. Every string of the
+    probe (``url``, ``body``, and for ``pg`` the statement ``text`` and ``values``) then has
+    the configured secret values replaced. Other protocols (``invoke``) get only the value
+    replacement: their probe is built redacted by the caller, and key-name redaction of an
+    already redacted value is not a no-op. ``secrets`` is the list of secret values, or a
+    callable returning the current list (read at each call, so secrets registered later
+    still apply).
     """
 
     def redact_probe(protocol: str, probe: dict[str, Any]) -> dict[str, Any]:
@@ -110,6 +114,8 @@ def live_redactor(secrets: Iterable[str] | Callable[[], Iterable[str]] = ()) -> 
                 redacted["url"] = redact_url(url)
             if "body" in redacted:
                 redacted["body"] = redact(redacted["body"])
+        elif protocol == "pg" and "values" in redacted:
+            redacted["values"] = redact(redacted["values"])
         result = scrub_value(redacted, values)
         return result if isinstance(result, dict) else redacted
 

@@ -233,3 +233,22 @@ def test_default_live_redactor_matches_a_redacted_capture() -> None:
         '{"$reproit":{"redacted":true,"type":"string","length":8}},"note":"other"}},'
         '"expected":null,"consumed":2,"total":2}'
     ]
+
+
+def test_default_live_redactor_redacts_named_pg_parameters_by_key() -> None:
+    placeholder = {"$reproit": {"redacted": True, "type": "string", "length": 6}}
+    pg_exchange = {
+        "protocol": "pg",
+        "request": {"text": "SELECT %(password)s", "values": {"password": placeholder}},
+        "response": {"command": "SELECT", "rowCount": 0, "rows": []},
+    }
+    session = ReplaySession(_capsule(pg_exchange), live_redactor=live_redactor())
+    with pytest.raises(DivergedError) as raised:
+        serve_pg(session, "SELECT %(password)s, 1", {"password": "hunter22"})
+    assert raised.value.line == (
+        'REPROIT:DIVERGENCE {"protocol":"pg","got":{"text":"SELECT %(password)s, 1",'
+        '"values":{"password":{"$reproit":{"redacted":true,"type":"string","length":8}}}},'
+        '"expected":{"text":"SELECT %(password)s","values":{"password":{"$reproit":'
+        '{"redacted":true,"type":"string","length":6}}}},"consumed":0,"total":1}'
+    )
+    assert serve_pg(session, "SELECT %(password)s", {"password": "hunter"})["command"] == "SELECT"
