@@ -15,10 +15,28 @@ percent-encode sets, and host parsing far enough to know whether a host is valid
 
 The parser follows the reference runtime (Node 20): the path percent-encode set does not hold
 ``^``, and an opaque path keeps its spaces.
+
+Speed. Recorders key every HTTP call they see and replay keys every call it serves, so the
+common case is kept cheap without changing a result:
+
+* a *plain* absolute ``http``/``https`` URL is answered by :func:`_plain_path_and_query`
+  without the state machine: printable ASCII only; a host of ASCII letters, digits and hyphens
+  in non-empty dot-separated labels, none starting with ``xn--``, whose last label is not a
+  number unless the whole host is a dotted-decimal IPv4 address (four parts 0..255, no
+  leading zeros); no user info; an optional port of at most 65535; a path and query made only
+  of characters that neither the path nor the special-query percent-encode set touches (no
+  backslash, space, ``"``, ``<``, ``>``, `````, ``{``, ``}``, and ``'`` in the query); no
+  ``.``/``..``/``%2e`` segment. Such a URL's ``pathname + search`` is its own path (``/`` when
+  empty) and its query (dropped when empty): exactly what the parser computes, which a
+  property test checks against the full parser for every URL the fast path accepts;
+* anything else goes through the full parser, and the last :data:`_CACHE_SIZE` distinct
+  strings are remembered (a replayed or recorded service tends to repeat its URLs).
 """
 
 from __future__ import annotations
 
+import re
+from functools import lru_cache
 from typing import Any
 
 from reproit_otel.wire._js import UNSET, js_string
@@ -41,6 +59,23 @@ _SINGLE_DOT = frozenset({".", "%2e"})
 _DOUBLE_DOT = frozenset({"..", ".%2e", "%2e.", "%2e%2e"})
 
 
+_CACHE_SIZE = 256
+
+# A plain absolute http(s) URL (see the module docstring): scheme, host, port, path, query and
+# fragment. Path characters: printable ASCII outside the path percent-encode set, without the
+# backslash; query characters: printable ASCII outside the special-query percent-encode set.
+_PLAIN = re.compile(
+    r"[hH][tT][tT][pP][sS]?://"
+    r"(?P<host>[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*)"
+    r"(?::(?P<port>[0-9]{1,5}))?"
+    r"(?P<path>/[!$-;=@-\[\]-_a-z|~]*)?"
+    r"(?P<query>\?[!$-&(-;=?-~]*)?"
+    r"(?:#[!-~]*)?"
+)
+_DOTTED_QUAD_PART = re.compile(r"0|[1-9][0-9]{0,2}")
+_HEX_NUMBER = re.compile(r"0[xX][0-9A-Fa-f]*")
+
+
 class _Failure(Exception):
     """The URL does not parse (an invalid host raises :class:`InvalidHost` instead)."""
 
@@ -53,11 +88,56 @@ def url_path_and_query(url: Any) -> str:
     """
     if url is None or url is UNSET:
         return ""
-    text = js_string(url)
+    return _key_text(url if type(url) is str else js_string(url))
+
+
+@lru_cache(maxsize=_CACHE_SIZE)
+def _key_text(text: str) -> str:
+    plain = _plain_path_and_query(text)
+    if plain is not None:
+        return plain
+    return _full_path_and_query(text)
+
+
+def _full_path_and_query(text: str) -> str:
+    """The full WHATWG parser's answer (the text itself when it does not parse)."""
     try:
         return _path_and_query(text)
     except (_Failure, InvalidHost):
         return text
+
+
+def _dotted_quad(labels: list[str]) -> bool:
+    return len(labels) == 4 and all(
+        _DOTTED_QUAD_PART.fullmatch(part) is not None and int(part) <= 255 for part in labels
+    )
+
+
+def _plain_path_and_query(text: str) -> str | None:
+    """``pathname + search`` of a plain http(s) URL, or None when the URL is not plain."""
+    match = _PLAIN.fullmatch(text)
+    if match is None:
+        return None
+    host, port, path, query = match.group("host", "port", "path", "query")
+    labels = host.split(".")
+    last = labels[-1]
+    # A host ending in a number is an IPv4 address; only the dotted-decimal form is plain.
+    if (last.isdigit() or _HEX_NUMBER.fullmatch(last)) and not _dotted_quad(labels):
+        return None
+    if "xn--" in host.lower():
+        return None  # Punycode labels are validated by the full parser
+    if port is not None and int(port) > 65535:
+        return None
+    if path is None:
+        path = "/"
+    elif "." in path or "%" in path:
+        for segment in path.split("/"):
+            lowered = segment.lower()
+            if lowered in _SINGLE_DOT or lowered in _DOUBLE_DOT:
+                return None
+    if query is None or query == "?":
+        return path
+    return path + query
 
 
 def _usv(text: str) -> str:
