@@ -208,6 +208,16 @@ def block_commands(path: str, first: str) -> list[str]:
     raise LookupError(f"{path} has no shell block starting with {first!r}")
 
 
+def block_from(path: str, command: str) -> list[str]:
+    """The commands of the first shell block of ``path`` holding ``command``, from it on."""
+    shell, _ = _split((ROOT / path).read_text(encoding="utf-8"))
+    for block in shell:
+        lines = [normalise(line) for line in _joined(block)]
+        if command in lines:
+            return lines[lines.index(command) :]
+    raise LookupError(f"{path} has no shell block holding {command!r}")
+
+
 def command_starting(path: str, first: str) -> str:
     """The one command of ``path`` (block or prose) that starts with ``first``."""
     matching = sorted({c.text for c in commands_of(path) if c.text.startswith(first)})
