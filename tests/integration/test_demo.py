@@ -1,4 +1,14 @@
-"""``reproit-otel demo`` end to end, in a subprocess, exactly as ``scripts/demo`` runs it.
+"""``reproit-otel demo`` end to end, through ``scripts/demo`` (the README's first command).
+
+``scripts/demo`` runs ``scripts/bootstrap`` first, which reinstalls the project when
+``pyproject.toml`` or ``constraints.txt`` changed since ``.venv`` was set up. The tests run
+``scripts/demo`` itself when that step has nothing to do (the tests run in the repository's
+``.venv`` and its install stamp is current, as in ``.ci/run`` right after
+``scripts/bootstrap``); otherwise they run what it runs next, ``reproit-otel demo``, so the
+suite never installs anything.
+
+After the Flask demo, the ingest it left behind is served as ``docs/ingest-web.md`` shows,
+and the replay lines of the occurrence's page are run as they read.
 
 Needs PostgreSQL's ``initdb``/``pg_ctl`` (the demo starts its own cluster; as root it runs them
 through ``runuser -u postgres``). Every process the demo starts carries
@@ -8,8 +18,12 @@ once the demo has exited.
 
 from __future__ import annotations
 
+import hashlib
+import html
 import json
 import os
+import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -20,9 +34,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from reproit_otel.demo import RUN_MARKER
 from reproit_otel.wire.capsule import load_capsule
+from tests.docs_commands import block_commands
+from tests.integration.served_ingest import ServedIngest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,8 +64,22 @@ pytestmark = [
 ]
 
 
+def _bootstrap_is_a_no_op() -> bool:
+    """True when ``scripts/bootstrap`` would install nothing (its stamp is current)."""
+    venv = ROOT / ".venv"
+    if Path(sys.prefix).resolve() != venv.resolve():
+        return False
+    stamp = venv / ".reproit-installed"
+    wanted = hashlib.sha256(
+        (ROOT / "pyproject.toml").read_bytes() + (ROOT / "constraints.txt").read_bytes()
+    ).hexdigest()
+    return stamp.is_file() and stamp.read_text().strip() == wanted
+
+
 def _demo(workdir: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "reproit_otel", "demo", "--workdir", str(workdir), *args]
+    if _bootstrap_is_a_no_op():
+        return [str(ROOT / "scripts" / "demo"), *args, "--workdir", str(workdir)]
+    return [sys.executable, "-m", "reproit_otel", "demo", *args, "--workdir", str(workdir)]
 
 
 def _processes_of(workdir: Path) -> list[str]:
@@ -84,7 +115,7 @@ def _verdict(path: Path) -> dict[str, Any]:
 def test_the_demo_reproduces_the_failure_then_sees_it_fixed(tmp_path: Path, app: str) -> None:
     workdir = tmp_path / "demo"
     done = subprocess.run(
-        _demo(workdir, "--app", app),
+        _demo(workdir) if app == "flask" else _demo(workdir, "--app", app),
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -133,6 +164,62 @@ def test_the_demo_reproduces_the_failure_then_sees_it_fixed(tmp_path: Path, app:
     for name in ("capsule.json", "verdict.json", "verdict-fixed.json", "ingest.db"):
         assert name in listed
         assert f"  {workdir / name}\n" in done.stdout
+    if app == "flask":
+        _serve_the_demo_ingest(workdir, tmp_path / "page")
+
+
+def _serve_the_demo_ingest(workdir: Path, folder: Path) -> None:
+    """docs/ingest-web.md: serve the demo's database, then run the page's replay lines."""
+    [demo, serve] = block_commands("docs/ingest-web.md", "reproit-otel demo")
+    assert demo == "reproit-otel demo --workdir /tmp/reproit-demo"
+    command = serve.replace("/tmp/reproit-demo", str(workdir))
+    flag, database, *rest = shlex.split(command)[2:]
+    assert flag == "--db"
+    served = ServedIngest(database, *rest)  # the same flags after --port 0
+    try:
+        headers = {"authorization": "Bearer demo-key"}
+        listed = requests.get(f"{served.base_url}/v1/occurrences", headers=headers, timeout=10)
+        [occurrence] = [row["id"] for row in listed.json()["occurrences"] if row["batches"]]
+        page = requests.get(
+            f"{served.base_url}/occurrences/{occurrence}", headers=headers, timeout=10
+        )
+        assert page.status_code == 200
+        shown = html.unescape(page.text)
+        [pull] = re.findall(r"reproit-otel pull [^\n<]+", shown)
+        [replay] = re.findall(r"reproit-otel check [^\n<]+", shown)
+        assert replay.endswith("--exec 'opentelemetry-instrument python examples/shop/app.py'")
+        folder.mkdir()
+        (folder / "examples").symlink_to(ROOT / "examples")
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "REPROIT_"))},
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            "REPROIT_API_KEY": "demo-key",  # pull reads the key from the environment
+            "REPROIT_STRICT_INTERNAL": "1",
+            "OTEL_TRACES_EXPORTER": "none",
+            "OTEL_METRICS_EXPORTER": "none",
+            "OTEL_LOGS_EXPORTER": "none",
+        }
+        pulled = subprocess.run(pull, shell=True, cwd=folder, env=env, check=False, timeout=60)
+        assert pulled.returncode == 0
+    finally:
+        assert served.stop() == 0
+    assert (folder / f"{occurrence}.capsule.json").read_bytes() == (
+        workdir / "capsule.json"
+    ).read_bytes()
+    checked = subprocess.run(
+        replay,
+        shell=True,
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert (checked.returncode, checked.stdout.splitlines()[-1].split()[:2]) == (
+        1,
+        ["verdict:", "REPRODUCED"],
+    ), checked.stderr
 
 
 def test_ctrl_c_stops_everything_the_demo_started(tmp_path: Path) -> None:
