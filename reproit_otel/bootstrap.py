@@ -23,7 +23,11 @@ With no code change, under ``opentelemetry-instrument``:
 What :func:`install` does (once per provider; a second call returns the same processor):
 
 1. reads the configuration (``config.py``); with ``REPROIT_DISABLED=1`` or an unusable
-   configuration it does nothing;
+   configuration it does nothing; otherwise it registers the configured secret values
+   (``REPROIT_SECRET_VALUES``, or ``secret_values`` of a given configuration) with
+   :func:`reproit_otel.recording.register_secret_values`, so everything that keeps secrets
+   out of what reproit-otel writes (invoke-boundary fixtures, replay's redaction of live
+   calls) knows them, not only the span processor (decision D8);
 2. with ``REPROIT_REPLAY`` set, installs hermetic replay (``reproit_otel.replay``) instead of
    recording, and stops there;
 3. adds :class:`~reproit_otel.processor.ReproitSpanProcessor` to the provider, with the
@@ -58,6 +62,7 @@ from opentelemetry.sdk.trace.sampling import (
 from reproit_otel._guard import guarded
 from reproit_otel.config import ReproitConfig, load_config
 from reproit_otel.processor import DebugDumpSink, OperationSink, ReproitSpanProcessor
+from reproit_otel.recording import register_secret_values
 
 __all__ = [
     "RecordDroppedSampler",
@@ -148,6 +153,7 @@ def install(
     if config.disabled:
         _log.debug("reproit-otel is disabled (%s)", "; ".join(config.problems) or "by setting")
         return None
+    register_secret_values(config.secret_values)
     with _lock:
         if config.replay:
             _install_replay(config)

@@ -101,16 +101,16 @@ PLANTED = st.builds(
     _VALUES,
 )
 
-FIXED = Planted(
+FIXED = Planted(  # not hex after "Zq": never one of the values the fuzz registers
     query="access_token",
     key="password",
-    in_query="Zq0000000000000001",
-    in_userinfo="Zq0000000000000002",
-    in_body="Zq0000000000000003",
-    in_param="Zq0000000000000004",
-    in_argument="Zq0000000000000005",
-    configured="Zq0000000000000006",
-    read="Zq0000000000000007",
+    in_query="Zqfixedxdivergence1",
+    in_userinfo="Zqfixedxdivergence2",
+    in_body="Zqfixedxdivergence3",
+    in_param="Zqfixedxdivergence4",
+    in_argument="Zqfixedxdivergence5",
+    configured="Zqfixedxdivergence6",
+    read="Zqfixedxdivergence7",
 )
 
 

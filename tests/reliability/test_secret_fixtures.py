@@ -28,8 +28,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from opentelemetry.sdk.trace import TracerProvider
 
-from reproit_otel import secrets
+from reproit_otel import bootstrap, secrets
+from reproit_otel.config import read_config
 from reproit_otel.errors import MissingFixtureError, ToolCallError
 from reproit_otel.instrumentation.invoke import boundary
 from reproit_otel.wire.redaction import SECRET_PARTS, is_secret_key
@@ -213,3 +215,28 @@ def test_fixtures_and_their_divergence_lines_hold_no_planted_secret(
         "logs": logs.lines,
     }
     assert _leaks(planted, outputs) == {}
+
+
+def test_secret_values_of_a_given_configuration_reach_no_fixture(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``install(config=...)`` with secret values the environment does not name."""
+    configured = "Zqgivenconfig0001"
+    monkeypatch.delenv("REPROIT_SECRET_VALUES", raising=False)
+    monkeypatch.setenv("REPROIT_TOOLS", "record")
+    monkeypatch.setenv("REPROIT_FIXTURES", str(tmp_path))
+
+    @boundary("ledger", "post")
+    def post(entry: str) -> str:
+        return f"posted {entry}"
+
+    provider = TracerProvider()
+    bootstrap.install(provider, config=read_config({"REPROIT_SECRET_VALUES": configured}))
+    try:
+        assert post(f"{MARKER} {configured}") == f"posted {MARKER} {configured}"
+    finally:
+        bootstrap.uninstall()
+        provider.shutdown()
+    [fixture] = [path.read_text(encoding="utf-8") for path in tmp_path.iterdir()]
+    assert f"posted {MARKER} $reproit" in fixture
+    assert configured not in fixture

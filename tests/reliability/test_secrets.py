@@ -3,13 +3,18 @@
 Secrets are planted where the capture contract promises to hide them (PROTOCOL D8 and the
 redaction rules): values of secret-named headers, query parameters, JSON keys and SQL result
 columns, and values configured in ``REPROIT_SECRET_VALUES`` wherever they occur (free text,
-SQL parameters, rows, bodies). A request carrying all of them runs through the real service
-(Flask behind werkzeug, requests to a loopback upstream, psycopg2 against PostgreSQL) with
-reproit-otel capturing. Then every output is searched for every secret:
+SQL parameters, rows, bodies, boundary arguments and results), a value an invoke boundary
+reads through :func:`reproit_otel.secrets.get` while it runs, and the scan token
+(``REPROIT_SCAN_TOKEN``, decision D12) the scan request carries. A request carrying all of
+them runs through the real service (Flask behind werkzeug, requests to a loopback upstream,
+psycopg2 against PostgreSQL, an invoke boundary) with reproit-otel capturing; a scan request
+with a wrong token must get no ``x-reproit-events`` header at all. Then every output is
+searched for every secret:
 
 * the events handed to the uploader, the uploaded batch bytes, the capsule projected from the
   batch, a CI spool capsule of the events, the debug dump files, the scan-mode
-  ``x-reproit-events`` header (decoded), and every log record reproit-otel wrote;
+  ``x-reproit-events`` header (decoded), the invoke-boundary fixture files the request's
+  boundary call wrote (``REPROIT_TOOLS=record``), and every log record reproit-otel wrote;
 * end to end, the raw files of a real ``reproit-otel serve`` SQLite store, what
   ``reproit-otel show --json`` and ``pull`` print, and the server's own log.
 
@@ -39,7 +44,9 @@ from flask import Flask, jsonify, request
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from reproit_otel import secrets as reproit_secrets
 from reproit_otel.ci.spool import Spool, ci_capsule
+from reproit_otel.instrumentation.invoke import boundary
 from reproit_otel.uploader import Uploader
 from reproit_otel.wire.capsule import capsule_from_batch, capsule_text
 from reproit_otel.wire.redaction import SECRET_PARTS, is_secret_key
@@ -52,6 +59,8 @@ pytestmark = pytest.mark.postgres
 
 MARKER = "visible-marker-7f3a"
 TRACE_HEADER = "x-reproit-trace"
+SCAN_TOKEN_HEADER = "x-reproit-scan-token"
+READ_NAME = "REPROIT_TEST_SIGNING_TOKEN"
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,8 @@ class Planted:
     column: str  # ... and SQL result column
     values: tuple[str, ...]  # by-name secrets, one per place (see `app`)
     configured: tuple[str, str]  # configured secret values
+    read: str  # what the boundary call reads through reproit_otel.secrets.get(READ_NAME)
+    scan_token: str  # REPROIT_SCAN_TOKEN, carried by the trusted scan request
 
     @property
     def row_secret(self) -> str:
@@ -72,7 +83,7 @@ class Planted:
 
     @property
     def secrets(self) -> tuple[str, ...]:
-        return (*self.values, *self.configured, self.row_secret)
+        return (*self.values, *self.configured, self.row_secret, self.read, self.scan_token)
 
 
 def _names() -> st.SearchStrategy[str]:
@@ -99,14 +110,16 @@ PLANTED = st.builds(
         query=query,
         key=key,
         column=column.lower(),
-        values=tuple(values[:9]),
-        configured=(values[9], values[10]),
+        values=tuple(values[:10]),
+        configured=(values[10], values[11]),
+        read=values[12],
+        scan_token=values[13],
     ),
     _names(),
     _names(),
     _names(),
     _names(),
-    _secret_values(11),
+    _secret_values(14),
 )
 
 
@@ -115,6 +128,15 @@ def app(upstream: str, dsn: str, planted: Planted) -> Flask:
     service = Flask("secrets")
     v = planted.values
     free, param = planted.configured
+
+    @boundary("vault", "sign")
+    def sign(payload: str, credentials: dict[str, str]) -> dict[str, str]:
+        token = reproit_secrets.get(READ_NAME)
+        return {
+            "signature": f"signed with {token} for {MARKER}",
+            f"by {token}": f"key of {free}",
+            planted.key: f"{token}",
+        }
 
     @service.post("/checkout")
     def checkout() -> Any:
@@ -137,8 +159,10 @@ def app(upstream: str, dsn: str, planted: Planted) -> Flask:
                 names = [column.name for column in cursor.description]
         finally:
             connection.close()
+        signed = sign(f"order {MARKER} paid with {free}", {planted.key: v[9], "user": "ada"})
         body = {
             "error": f"checkout failed for {MARKER}",
+            "signed": sorted(signed),
             planted.key: v[7],
             "detail": f"see {free}",
             "echoed": answer.json(),
@@ -159,6 +183,7 @@ def _request(planted: Planted) -> tuple[str, bytes, dict[str, str]]:
         "cookie": f"sid={v[0]}",
         "content-type": "application/json",
         TRACE_HEADER: "t-secret",
+        SCAN_TOKEN_HEADER: planted.scan_token,
     }
     return path, body.encode(), headers
 
@@ -172,6 +197,7 @@ def _environ(endpoint: str, planted: Planted, dump: Path) -> dict[str, str]:
         "REPROIT_SECRET_VALUES": json.dumps(list(planted.configured)),
         "REPROIT_DEBUG_DUMP": str(dump),
         "REPROIT_SCAN": "1",
+        "REPROIT_SCAN_TOKEN": planted.scan_token,
     }
 
 
@@ -184,6 +210,23 @@ class _Records(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.lines.append(logging.Formatter().format(record) + repr(record.args))
+
+
+@contextmanager
+def _boundary_settings(planted: Planted, fixtures: Path) -> Iterator[None]:
+    """Record boundary fixtures into ``fixtures``; the boundary reads ``planted.read``."""
+    saved = {name: os.environ.get(name) for name in ("REPROIT_TOOLS", "REPROIT_FIXTURES")}
+    os.environ.update(REPROIT_TOOLS="record", REPROIT_FIXTURES=str(fixtures))
+    reproit_secrets.set_source({READ_NAME: planted.read})
+    try:
+        yield
+    finally:
+        reproit_secrets.set_source(None)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @contextmanager
@@ -230,6 +273,7 @@ def _capture(upstream: Upstream, dsn: str, planted: Planted, folder: Path) -> di
     events: list[Any] = []
     try:
         with (
+            _boundary_settings(planted, folder / "fixtures"),
             _reproit_logs() as logs,
             served(
                 upstream.base,
@@ -243,25 +287,34 @@ def _capture(upstream: Upstream, dsn: str, planted: Planted, folder: Path) -> di
             path, body, headers = _request(planted)
             status, scan_headers, _ = fetch(service.base, "POST", path, body, headers)
             assert status == 500
-            plain = {k: v for k, v in headers.items() if k != TRACE_HEADER}
+            # D12: a wrong scan token makes the trace header untrusted, and nothing is echoed.
+            forged = {**headers, SCAN_TOKEN_HEADER: f"not-{MARKER}"}
+            status, forged_headers, _ = fetch(service.base, "POST", path, body, forged)
+            assert status == 500
+            assert "x-reproit-events" not in dict(forged_headers)
+            plain = {k: v for k, v in headers.items() if k not in (TRACE_HEADER, SCAN_TOKEN_HEADER)}
             assert fetch(service.base, "POST", path, body, plain)[0] == 500
             [uploader] = [s for s in service.sinks() if isinstance(s, Uploader)]
             assert uploader.flush(20) is True
-            [received] = ingest.wait_for(1)
+            uploads = ingest.wait_for(2)
     finally:
         ingest.stop()
-    batch = json.loads(received.body)
-    capsule = capsule_from_batch(batch)
-    assert capsule is not None
+    assert len(uploads) == 2  # the forged scan request was captured as an ordinary one
+    capsules = [capsule_from_batch(json.loads(upload.body)) for upload in uploads]
     spool = Spool(str(folder / "spool"), 1 << 20)
     assert spool.write(ci_capsule("test:secrets#checkout", events[0], {})) is not None
     return {
         "events": [json.dumps(e) for e in events],
         "scan header": [_events_header(dict(scan_headers).get("x-reproit-events"))],
-        "upload request": [received.body.decode("utf-8"), json.dumps(received.headers)],
-        "capsule": [capsule_text(capsule)],
+        "upload request": [
+            text
+            for upload in uploads
+            for text in (upload.body.decode("utf-8"), json.dumps(upload.headers))
+        ],
+        "capsule": [capsule_text(capsule) for capsule in capsules if capsule is not None],
         "spool": _files(folder / "spool"),
         "debug dump": _files(dump),
+        "fixtures": _files(folder / "fixtures"),
         "logs": logs.lines,
     }
 
@@ -293,7 +346,8 @@ def test_planted_secrets_appear_in_no_output(
     with tempfile.TemporaryDirectory() as scratch:
         outputs = _capture(upstream, postgres_dsn, planted, Path(scratch))
     assert MARKER in outputs["upload request"][0]
-    assert all(outputs[name] for name in ("events", "spool", "debug dump", "capsule"))
+    assert all(outputs[name] for name in ("events", "spool", "debug dump", "capsule", "fixtures"))
+    assert MARKER in outputs["fixtures"][0]
     assert _leaks(planted, outputs) == {}
 
 
@@ -302,8 +356,10 @@ FIXED = Planted(
     query="access_token",
     key="password",
     column="client_secret",
-    values=tuple(f"Zq{index:016x}" for index in range(9)),
+    values=tuple(f"Zq{index:016x}" for index in range(10)),
     configured=("Zqconfigured00001", "Zqconfigured00002"),
+    read="Zqreadsecret00001",
+    scan_token="Zqscantoken000001",
 )
 
 
