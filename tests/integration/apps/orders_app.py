@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 
 import requests
-from flask import Flask, jsonify, request
+from flask import Flask, Response, jsonify, request
 
 app = Flask(__name__)
 PRICING_URL = os.environ.get("PRICING_URL", "http://127.0.0.1:8101")
@@ -31,12 +31,12 @@ def per_item(total: int, quantity: int) -> int:
 
 
 @app.get("/")
-def health() -> object:
+def health() -> Response:
     return jsonify({"ok": True})
 
 
 @app.post("/orders")
-def create_order() -> object:
+def create_order() -> Response:
     order = request.get_json()
     rate = requests.get(f"{PRICING_URL}/json", timeout=5).json()["rate"]
     total = round(order["cents"] * order["quantity"] * rate)
@@ -44,7 +44,7 @@ def create_order() -> object:
 
 
 @app.get("/failing-route")
-def failing_route() -> object:
+def failing_route() -> Response:
     requests.get(f"{PRICING_URL}/json", timeout=5)
     raise RuntimeError("failing on purpose")
 
