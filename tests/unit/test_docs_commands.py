@@ -73,7 +73,7 @@ RUN_BY: dict[str, str] = {
     "opentelemetry-exporter-otlp": PIP,
     "pip install 'reproit-otel[serve]'": PIP,
     "pip install reproit-otel opentelemetry-distro opentelemetry-exporter-otlp": PIP,
-    "pip install reproit-otel[requests,psycopg2]": PIP,
+    "pip install 'reproit-otel[requests,psycopg2]'": PIP,
     "opentelemetry-bootstrap -a install": "setup: installs instrumentations from a package "
     "registry; scripts/bootstrap installs those it would pick here (requests, psycopg2, Flask, "
     "FastAPI, httpx: the dev extras list them)",
