@@ -15,7 +15,17 @@ and the bookkeeping that decides ``effectsComplete`` (PROTOCOL decision D4):
   the configuration does not force ``never``.
 
 Exchanges become ``effect`` events in completion order. Configured secret values (D8) are
-replaced in every string of an exchange, its key and resource, and of the output. The
+replaced in every string of an exchange, its key and resource, and of the output.
+
+Capture operations defer the expensive part. A capture is uploaded only when the operation
+fails (status 500 or more, or a marked agent oracle), so a capture operation keeps its
+``start`` input and the exchanges recorders hand over with
+:meth:`~reproit_otel.recording.ExchangeRecorder.finish_deferred` in raw form: each takes its
+place, sequence number and timestamps when it completes, and is built (bounded, keyed,
+scrubbed, redacted) only when the operation finishes as a failure, right before the ``return``
+event, so that an exchange that turns out to be unrecordable still makes ``effectsComplete``
+false. A healthy operation's deferred events are built only if someone reads its events (the
+debug dump does; the uploader does not). Scan-time operations build everything at once. The
 operation is *finished* when the middleware sees the response start (or, without middleware,
 when the server span ends) and *handed off* to the sinks once it is finished and its server
 span has ended, whichever comes last. Dependency activity after the finish (a background
@@ -35,10 +45,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from reproit_otel._guard import guarded
 from reproit_otel.errors import TraceError
+from reproit_otel.recording import DeferredExchange, Unrecordable
 from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.redaction import scrub_secret_values, scrub_value
-from reproit_otel.wire.trace import BackendTrace
+from reproit_otel.wire.trace import BackendTrace, marked_oracle
 
 if TYPE_CHECKING:
     from reproit_otel.inbound import InboundRequest
@@ -123,6 +135,8 @@ class Operation:
         self.handed_off = False
         self.evicted = False
         self.status: int | None = None
+        # Reasons met while building deferred exchanges; taken over at the finish.
+        self._build_failures: list[str] = []
         self._effects_never = effects_never
         self._secrets = secrets
         self._on_ready = on_ready
@@ -250,6 +264,73 @@ class Operation:
                 return
             self.recorded_exchanges += 1
 
+    def exchange_deferred(
+        self, binding: ExchangeBinding, effect: str, build: DeferredExchange, library: str
+    ) -> None:
+        """Push the exchange ``build()`` gives, built now (scan) or when wanted (capture)."""
+        secrets = self._secrets()
+        with self._lock:
+            if not self._settle(binding, ExchangeState.DONE):
+                return
+            if self.finished or self.evicted:
+                self._late_locked("an exchange finished after the response")
+                return
+            try:
+                if self.scan:
+                    built = self._build(build, library, secrets)
+                    if built is None:
+                        self._take_build_failures_locked()
+                        return
+                    resource, key, exchange = built
+                    self.trace.effect(
+                        effect,
+                        resource=UNSET if resource is None else resource,
+                        key=UNSET if key is None else key,
+                        exchange=exchange,
+                    )
+                else:
+                    self.trace.defer_effect(effect, lambda: self._build(build, library, secrets))
+            except TraceError as exc:
+                self._reason_locked(f"exchange not recorded: {exc.code}")
+                return
+            self.recorded_exchanges += 1
+
+    def _build(
+        self, build: DeferredExchange, library: str, secrets: tuple[str, ...]
+    ) -> tuple[Any, Any, Any] | None:
+        """Build a deferred exchange, scrubbed with ``secrets``; None when it cannot be.
+
+        Never takes the operation's lock (it may run on a thread reading the events).
+        """
+        failure = f"{library}: the exchange could not be recorded"
+        with guarded(f"operation.build[{library}]"):
+            try:
+                resource, key, exchange = build()
+            except Unrecordable as error:
+                failure = f"{library}: {error.reason}"
+            else:
+                if secrets:
+                    exchange = scrub_value(exchange, secrets)
+                    resource = None if resource is None else scrub_secret_values(resource, secrets)
+                    key = None if key is None else scrub_secret_values(key, secrets)
+                return (
+                    UNSET if resource is None else resource,
+                    UNSET if key is None else key,
+                    exchange,
+                )
+        self._build_failures.append(failure)  # list.append is atomic: no lock needed
+        return None
+
+    def _take_build_failures_locked(self) -> None:
+        while self._build_failures:
+            self._reason_locked(self._build_failures.pop(0))
+
+    def _wanted(self, status: int | None) -> bool:
+        """Whether a capture finishing with ``status`` may be uploaded (its events are built)."""
+        if status is not None and status >= 500:
+            return True
+        return marked_oracle(self.trace.settled_events()) is not None
+
     def exchange_failed(self, binding: ExchangeBinding, reason: str) -> None:
         """The exchange could not be recorded; effects become incomplete with ``reason``."""
         with self._lock:
@@ -310,6 +391,9 @@ class Operation:
         with self._lock:
             if self.finished or self.evicted:
                 return
+            if self.trace.deferred_count and (self.scan or self._wanted(status)):
+                self.trace.materialize()
+                self._take_build_failures_locked()
             for reason in self.open_dependency_reasons():
                 self._reason_locked(reason)
             complete = self.effects_complete()

@@ -274,6 +274,17 @@ class ReproitSpanProcessor(SpanProcessor):
         with self._lock:
             self._stats["exchanges_recorded" if recorded else "exchanges_lost"] += 1
 
+    def exchange_deferred(
+        self, handle: object, effect: str, build: recording.DeferredExchange, library: str
+    ) -> None:
+        """Called by :meth:`~reproit_otel.recording.ExchangeRecorder.finish_deferred`."""
+        binding = cast(ExchangeBinding, handle)
+        before = binding.operation.recorded_exchanges
+        binding.operation.exchange_deferred(binding, effect, build, library)
+        recorded = binding.operation.recorded_exchanges > before
+        with self._lock:
+            self._stats["exchanges_recorded" if recorded else "exchanges_lost"] += 1
+
     def exchange_failed(self, handle: object, reason: str) -> None:
         """Called by :class:`~reproit_otel.recording.ExchangeRecorder.fail`."""
         binding = cast(ExchangeBinding, handle)
@@ -367,10 +378,15 @@ class ReproitSpanProcessor(SpanProcessor):
         else:
             name, input_value = self._from_attributes(span)
         secret_values = self._current_secrets()
-        if secret_values:
-            input_value = scrub_value(input_value, secret_values)
         try:
-            trace = BackendTrace.begin(context, name, input=input_value)
+            if scan_context is not None:
+                if secret_values:
+                    input_value = scrub_value(input_value, secret_values)
+                trace = BackendTrace.begin(context, name, input=input_value)
+            else:  # a capture: the input is scrubbed and redacted only if it is wanted
+                trace = BackendTrace.begin(
+                    context, name, input_factory=_input_factory(input_value, secret_values)
+                )
         except TraceError as exc:
             with self._lock:
                 self._stats["untraced_requests"] += 1
@@ -484,6 +500,17 @@ class ReproitSpanProcessor(SpanProcessor):
         for sink in self.sinks:
             with guarded("processor.sink"):
                 sink.submit(operation.trace)
+
+
+def _input_factory(value: Any, secret_values: tuple[str, ...]) -> Any:
+    """The deferred ``start`` input of a capture: ``value`` scrubbed of ``secret_values``."""
+
+    def factory() -> Any:
+        with guarded("processor.input"):
+            return scrub_value(value, secret_values) if secret_values else value
+        return None
+
+    return factory
 
 
 class _OpenBinding(threading.local):

@@ -28,6 +28,18 @@ of the exchange, the key and the resource (D8). Recorders apply the structural r
 themselves: bounded bodies and headers (``wire/bounds.py``) and ``redact_url`` for query
 strings.
 
+Deferred exchanges. Most captured operations succeed and are never uploaded, so a recorder
+may hand over what it saw in raw form and let the pipeline build the exchange only when it is
+wanted: :meth:`ExchangeRecorder.finish_deferred` takes the effect kind and a ``build()``
+callable returning ``(resource, key, exchange)`` exactly as :meth:`ExchangeRecorder.finish`
+would have received them. The exchange's place among the operation's effects and its
+timestamps are fixed at that call; ``build()`` runs later, at most once, on whatever thread
+reads the operation's events (for a failing operation: when it finishes), so it must only
+read what the recorder snapshotted (never the live request, response or cursor). ``build()``
+raises :class:`Unrecordable` when the exchange cannot be recorded after all (a value with no
+encoding); the operation's effects are then incomplete with that reason, as after
+:meth:`ExchangeRecorder.fail`. A pipeline that does not defer (the CI plugin's) builds at once.
+
 :func:`mark_incomplete` reports a call that cannot be recorded (``copy_expert``, a protocol we
 do not speak): the operation then reports ``effectsComplete: false`` with that reason.
 
@@ -45,7 +57,7 @@ override has no live operation (between tests) the installed pipeline is asked a
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from opentelemetry import context as otel_context
@@ -54,9 +66,11 @@ from reproit_otel._guard import guarded
 
 __all__ = [
     "EFFECT_KINDS",
+    "DeferredExchange",
     "ExchangeOwner",
     "ExchangeRecorder",
     "RecordingPipeline",
+    "Unrecordable",
     "clear_override_pipeline",
     "clear_pipeline",
     "current_pipeline",
@@ -76,6 +90,18 @@ EFFECT_KINDS = frozenset({"read", "write", "delete", "emit", "call"})
 # OpenTelemetry sets this context key around its exporters' own HTTP calls and around code
 # wrapped in ``suppress_instrumentation()``; reproit-otel's uploader sets it too.
 _SUPPRESS_KEY: str = otel_context._SUPPRESS_INSTRUMENTATION_KEY
+
+
+DeferredExchange = Callable[[], tuple[str | None, str | None, dict[str, Any]]]
+"""``build()`` of :meth:`ExchangeRecorder.finish_deferred`: ``(resource, key, exchange)``."""
+
+
+class Unrecordable(Exception):
+    """Raised by a deferred ``build()``: the exchange cannot be recorded, for ``reason``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class ExchangeOwner(Protocol):
@@ -157,6 +183,32 @@ class ExchangeRecorder:
                 self._owner.exchange_failed(
                     self._handle, f"{self.library}: unknown effect kind {effect!r}"
                 )
+                return
+            self._owner.exchange_finished(self._handle, effect, resource, key, exchange)
+
+    def finish_deferred(self, effect: str, build: DeferredExchange) -> None:
+        """Like :meth:`finish`, with the exchange built by ``build()`` only when wanted.
+
+        See "Deferred exchanges" in the module docstring. ``build()`` returns
+        ``(resource, key, exchange)`` or raises :class:`Unrecordable`.
+        """
+        if not self._claim():
+            return
+        with guarded(f"recording.finish[{self.library}]"):
+            if effect not in EFFECT_KINDS:
+                self._owner.exchange_failed(
+                    self._handle, f"{self.library}: unknown effect kind {effect!r}"
+                )
+                return
+            # The span processor defers (exchange_deferred); the CI pipeline builds at once.
+            deferred = getattr(self._owner, "exchange_deferred", None)
+            if deferred is not None:
+                deferred(self._handle, effect, build, self.library)
+                return
+            try:
+                resource, key, exchange = build()
+            except Unrecordable as error:
+                self._owner.exchange_failed(self._handle, f"{self.library}: {error.reason}")
                 return
             self._owner.exchange_finished(self._handle, effect, resource, key, exchange)
 

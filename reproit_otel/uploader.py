@@ -13,7 +13,11 @@ What happens to an operation (PROTOCOL sections 5.3 and 5.4, decisions D3 and D5
 
 1. :meth:`Uploader.record` asks :func:`~reproit_otel.wire.batch.capture_eligibility`;
    an ineligible operation is counted under its reason in ``stats()["ineligible"]``.
-   It never blocks on the network and never raises into the caller.
+   It never blocks on the network and never raises into the caller. A ``BackendTrace``
+   whose events are partly deferred (the capture pipeline's healthy operations) is first
+   judged on its settled events (``unfinished`` and ``not-a-failure`` depend only on the
+   ``return`` event and oracle markers, which are never deferred), so a healthy operation's
+   exchanges are never built.
 2. An eligible one is queued (``captured_operations``). The queue holds 64 operations; the
    65th pushes out the **oldest** (``dropped_operations``). The first record arms the flush
    timer (``flush_interval_ms``, default 3000, floor 100); a timer already armed is not
@@ -141,6 +145,10 @@ class UploaderSettings:
         )
 
 
+# Ineligibility reasons that the return event and oracle markers alone decide.
+_DECIDED_ON_SETTLED_EVENTS = frozenset({"unfinished", "not-a-failure"})
+
+
 class _HasEvents(Protocol):
     @property
     def events(self) -> Sequence[Mapping[str, Any]]: ...
@@ -247,10 +255,15 @@ class Uploader:
         self.record(trace)
 
     def _record(self, trace: _HasEvents | Sequence[Mapping[str, Any]]) -> bool:
-        events = list(trace.events) if hasattr(trace, "events") else list(trace)
         if os.getpid() != self._pid:  # forked without the at-fork hook (should not happen)
             self._after_fork_in_child()
-        eligible, reason = capture_eligibility(events)
+        settled = getattr(trace, "settled_events", None)
+        eligible, reason = False, None
+        if callable(settled):
+            eligible, reason = capture_eligibility(settled())
+        if reason not in _DECIDED_ON_SETTLED_EVENTS:
+            events = list(trace.events) if hasattr(trace, "events") else list(trace)
+            eligible, reason = capture_eligibility(events)
         if not eligible:
             with self._cond:
                 ineligible: dict[str, int] = self._stats["ineligible"]

@@ -116,28 +116,48 @@ def error_response(error: BaseException) -> dict[str, Any]:
     return {"error": fields}
 
 
-def _finish(recorder: recording.ExchangeRecorder, request: dict[str, Any], response: Any) -> None:
-    text = request["text"]
-    recorder.finish(
-        effect_kind(text),
-        resource=RESOURCE,
-        key=effect_key(text),
-        exchange={"protocol": "pg", "request": request, "response": response},
+def _finish(
+    recorder: recording.ExchangeRecorder,
+    request: dict[str, Any],
+    response: Callable[[], dict[str, Any]],
+) -> None:
+    """Hand the exchange over; ``response()`` builds its response when it is wanted."""
+    recorder.finish_deferred(
+        effect_kind(request["text"]), functools.partial(_build_exchange, request, response)
     )
+
+
+def _build_exchange(
+    request: dict[str, Any], response: Callable[[], dict[str, Any]]
+) -> tuple[str, str, dict[str, Any]]:
+    """``(resource, key, exchange)`` of a statement (run when the exchange is wanted)."""
+    failure = "internal error while recording a statement"
+    with guarded("psycopg2.record"):
+        try:
+            exchange = {"protocol": "pg", "request": request, "response": response()}
+        except UnsupportedValue as error:
+            failure = str(error)
+        else:
+            return RESOURCE, effect_key(request["text"]), exchange
+    raise recording.Unrecordable(failure)
 
 
 def _settle(
     recorder: recording.ExchangeRecorder,
     request: dict[str, Any] | None,
-    build: Callable[[], dict[str, Any]],
+    take: Callable[[], Callable[[], dict[str, Any]]],
 ) -> None:
-    """Finish ``recorder`` with the response ``build`` returns; fail it if that is impossible."""
+    """Finish ``recorder``; fail it if that is impossible.
+
+    ``take()`` reads now whatever cannot wait (the cursor's result) and returns the builder
+    of the response, which runs only when the exchange is wanted.
+    """
     with guarded("psycopg2.record"):
         if request is None:
             recorder.fail("the statement could not be recorded")
             return
         try:
-            response = build()
+            response = take()
         except UnsupportedValue as error:
             recorder.fail(str(error))
             return
@@ -193,19 +213,34 @@ def _result_response(
     return response
 
 
-def _snapshot(cursor: Any) -> dict[str, Any]:
-    """The response of a client-side cursor right after its statement ran."""
+def _snapshot(cursor: Any) -> Callable[[], dict[str, Any]]:
+    """Read a client-side cursor's result right after its statement ran; the builder of the
+    response from what was read (values are encoded only when it is wanted)."""
     description = cursor.description
     if description is None:
-        return _result_response(cursor.statusmessage, cursor.rowcount, None, [], 0)
+        return functools.partial(
+            _result_response, cursor.statusmessage, cursor.rowcount, None, [], 0
+        )
     raw = _raw_rows(cursor, _ext.cursor.fetchmany, MAX_PG_ROWS + 1)
     if raw:
         _ext.cursor.scroll(cursor, 0, "absolute")
+    return functools.partial(
+        _encoded_result, cursor.statusmessage, cursor.rowcount, description, raw
+    )
+
+
+def _encoded_result(
+    command: Any, row_count: int, description: Any, raw: list[tuple[Any, ...]]
+) -> dict[str, Any]:
     names = [column.name for column in description]
     rows = _encode_rows(names, raw[:MAX_PG_ROWS])
-    return _result_response(
-        cursor.statusmessage, cursor.rowcount, description, rows, max(cursor.rowcount, len(raw))
-    )
+    return _result_response(command, row_count, description, rows, max(row_count, len(raw)))
+
+
+def _error_result(error: BaseException) -> Callable[[], dict[str, Any]]:
+    """The error response, read now (the exception is not kept for later)."""
+    response = error_response(error)
+    return lambda: response
 
 
 class _Pending:
@@ -244,8 +279,8 @@ class _Pending:
         _settle(
             self.recorder,
             self.request,
-            lambda: _result_response(
-                self.command, self.count, self.description, self.rows, self.count
+            lambda: functools.partial(
+                _result_response, self.command, self.count, self.description, self.rows, self.count
             ),
         )
 
@@ -284,7 +319,7 @@ class RecordingCursor(_ext.cursor):
         try:
             result = call()
         except Exception as error:
-            _settle(recorder, request, functools.partial(error_response, error))
+            _settle(recorder, request, functools.partial(_error_result, error))
             raise
         except BaseException:
             recorder.fail("interrupted while the statement ran")

@@ -19,10 +19,18 @@ handed out is one chunk boundary (section 4.5). The exchange is finished when th
 been read to its end, when a read raises (the response then carries an ``error`` next to what
 was read), or when the response is closed or garbage collected before its end (an abandoned
 stream: the exchange holds exactly the bytes the application read).
+
+What is kept while the call runs is raw and cheap: the method, the recorded URL, snapshots of
+the header lists, the status, the content types and the two body taps. The exchange itself
+(bounded headers and bodies, ``resource`` and ``key`` from the URL) is built from those only
+when the pipeline wants it (:meth:`~reproit_otel.recording.ExchangeRecorder.finish_deferred`),
+which for a capture is only when the operation fails. Nothing built later reads the live
+request or response, so what is recorded is what was seen when it was seen.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import threading
@@ -33,7 +41,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from reproit_otel._guard import guarded
 from reproit_otel.instrumentation._exceptions import exception_type_name
-from reproit_otel.recording import ExchangeRecorder
+from reproit_otel.recording import ExchangeRecorder, Unrecordable
 from reproit_otel.wire._js import utf8_bytes
 from reproit_otel.wire.bounds import (
     MAX_BODY_BYTES,
@@ -230,9 +238,14 @@ def _observe_request_body(body: Any, tap: BodyTap) -> Any:
     return body
 
 
-def _header_pairs(headers: Any) -> list[tuple[str, str]]:
+def _header_items(headers: Any) -> list[tuple[Any, Any]]:
+    """A snapshot of a header mapping's items, as they are now."""
+    return list((headers or {}).items())
+
+
+def _header_pairs(items: Iterable[tuple[Any, Any]]) -> list[tuple[str, str]]:
     pairs: list[tuple[str, str]] = []
-    for name, value in (headers or {}).items():
+    for name, value in items:
         text = value.decode("latin-1") if isinstance(value, (bytes, bytearray)) else value
         pairs.append((_text(name), text))
     return pairs
@@ -246,16 +259,23 @@ class RecordedCall:
 
     def __init__(self, recorder: ExchangeRecorder, prepared: Any) -> None:
         self._recorder = recorder
-        self._prepared = prepared
+        self._prepared: Any = prepared
         self._original_body = prepared.body
         self._body_tap = BodyTap()
-        method = _text(prepared.method or "")
+        self.method = _text(prepared.method or "")
         self.url = recorded_url(prepared.url)
-        self.resource = resource_of(self.url)
-        self.key = effect_key(method, self.url)
-        self._request: dict[str, Any] = {"method": method, "url": self.url}
-        self._request.update(bounded_headers(_header_pairs(prepared.headers)))
+        self._headers = _header_items(prepared.headers)
         self._content_type = _content_type(prepared.headers)
+
+    @property
+    def resource(self) -> str:
+        """The effect ``resource`` of this call (see :func:`resource_of`)."""
+        return resource_of(self.url)
+
+    @property
+    def key(self) -> str:
+        """The effect ``key`` of this call (see :func:`effect_key`)."""
+        return effect_key(self.method, self.url)
 
     @classmethod
     def begin(cls, recorder: ExchangeRecorder, prepared: Any) -> RecordedCall:
@@ -265,17 +285,19 @@ class RecordedCall:
         return call
 
     def restore_body(self) -> None:
-        """Give the prepared request its own body back (redirects and hooks see it)."""
-        self._prepared.body = self._original_body
+        """Give the prepared request its own body back (redirects and hooks see it).
 
-    def _request_fields(self) -> dict[str, Any]:
-        request = dict(self._request)
-        request.update(self._body_tap.fields(self._content_type))
-        return request
+        The call lets go of the prepared request (and of its body) here: what is recorded
+        was taken from it already.
+        """
+        self._prepared.body = self._original_body
+        self._prepared = None
+        self._original_body = None
 
     def failed(self, error: BaseException) -> None:
         """The transport raised ``error``: record it as the response."""
-        self._finish({"error": describe_error(error)})
+        fields: dict[str, Any] = {"error": describe_error(error)}
+        self._finish(lambda: fields)
 
     def responded(self, response: Any) -> None:
         """A response came back: record it as the application reads its body."""
@@ -288,9 +310,12 @@ class RecordedCall:
         if _exhausted(raw):
             recording.finish()
 
-    def _finish(self, response: dict[str, Any]) -> None:
-        exchange = {"protocol": "http", "request": self._request_fields(), "response": response}
-        self._recorder.finish("call", resource=self.resource, key=self.key, exchange=exchange)
+    def _finish(self, response: Callable[[], dict[str, Any]]) -> None:
+        """Hand the exchange over; it is built from the snapshots only when wanted."""
+        request = _RequestSnapshot(
+            self.method, self.url, self._headers, self._body_tap, self._content_type
+        )
+        self._recorder.finish_deferred("call", functools.partial(request.exchange, response))
 
     def abandon(self, reason: str) -> None:
         """Our own code failed: the operation is told this call could not be recorded."""
@@ -313,7 +338,7 @@ class _ResponseRecording:
         self._done = False
         self._tap = BodyTap(boundaries=True)
         self._status = int(response.status_code)
-        self._headers = bounded_headers(_header_pairs(response.headers))
+        self._headers = _header_items(response.headers)
         self._content_type = _content_type(response.headers)
 
     def add(self, data: bytes) -> None:
@@ -332,20 +357,71 @@ class _ResponseRecording:
 
     def _finish(self, error: BaseException | None) -> None:
         try:
-            response: dict[str, Any] = {"status": self._status}
-            response.update(self._headers)
-            body = self._tap.fields(self._content_type)
-            response.update(body)
-            if "body" in body and self._tap.boundaries is not None:
-                stream = self._tap.boundaries.result(is_event_stream(self._content_type))
-                if stream is not None:
-                    response["stream"] = stream
-            if error is not None:
-                response["error"] = describe_error(error)
-            self._call._finish(response)
+            fields = functools.partial(
+                _response_fields,
+                self._status,
+                self._headers,
+                self._tap,
+                self._content_type,
+                None if error is None else describe_error(error),
+            )
+            self._call._finish(fields)
         except BaseException:
             self._call.abandon("the response could not be recorded")
             raise
+
+
+# The builders below run when the exchange is wanted; they see only the snapshots.
+
+
+class _RequestSnapshot:
+    """What was seen of the request: enough to build the exchange later."""
+
+    __slots__ = ("body", "content_type", "headers", "method", "url")
+
+    def __init__(
+        self,
+        method: str,
+        url: str,
+        headers: list[tuple[Any, Any]],
+        body: BodyTap,
+        content_type: str | None,
+    ) -> None:
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.body = body
+        self.content_type = content_type
+
+    def exchange(self, response: Callable[[], dict[str, Any]]) -> tuple[str, str, dict[str, Any]]:
+        """``(resource, key, exchange)`` of the call, with ``response()`` as its response."""
+        with guarded("requests.build_exchange"):
+            request: dict[str, Any] = {"method": self.method, "url": self.url}
+            request.update(bounded_headers(_header_pairs(self.headers)))
+            request.update(self.body.fields(self.content_type))
+            exchange = {"protocol": "http", "request": request, "response": response()}
+            return resource_of(self.url), effect_key(self.method, self.url), exchange
+        raise Unrecordable("the exchange could not be recorded")
+
+
+def _response_fields(
+    status: int,
+    headers: list[tuple[Any, Any]],
+    tap: BodyTap,
+    content_type: str | None,
+    error: ErrorFields | None,
+) -> dict[str, Any]:
+    response: dict[str, Any] = {"status": status}
+    response.update(bounded_headers(_header_pairs(headers)))
+    body = tap.fields(content_type)
+    response.update(body)
+    if "body" in body and tap.boundaries is not None:
+        stream = tap.boundaries.result(is_event_stream(content_type))
+        if stream is not None:
+            response["stream"] = stream
+    if error is not None:
+        response["error"] = error
+    return response
 
 
 def _exhausted(raw: Any) -> bool:

@@ -41,6 +41,20 @@ given explicitly is never rewritten: over-long or empty, it is still ``InvalidOp
 Sequence numbers come from one process-wide counter shared by every trace (thread-safe);
 :func:`reset_sequence` restarts it for tests. A trace itself is meant for one request, but its
 pushes are serialized so a recorder finishing an exchange on another thread is safe.
+
+Deferred events (the capture pipeline's fast path). In capture mode most operations succeed
+and are never uploaded, so building, bounding and redacting their events would be wasted
+work. Two internal entry points let the pipeline push an event whose *fields* are built later:
+``BackendTrace.begin(..., input_factory=f)`` (the ``start`` event's input is ``f()``) and
+:meth:`BackendTrace.defer_effect`. The event's place in the trace, its ``sequence``, ``at`` and
+``monoNs`` are taken at the push, exactly as an eager push takes them; its fields are built
+(and redacted) the first time anything reads the events (:attr:`~BackendTrace.events`,
+:meth:`~BackendTrace.header`) or the pipeline calls :meth:`~BackendTrace.materialize`, after
+which the trace is exactly the one eager pushes would have built. Every limit counts deferred
+events as events (256 in all), so a long operation holds at most 256 unbuilt events.
+:meth:`~BackendTrace.settled_events` lists the events built so far without building the rest.
+A deferred effect must never be an agent oracle marker (recorders' effects never are), so the
+``return`` event and any oracle marker are always among the settled events.
 """
 
 from __future__ import annotations
@@ -52,7 +66,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from reproit_otel.errors import TraceError
 from reproit_otel.wire._js import (
@@ -269,6 +283,67 @@ def trace_context_from_headers(get: Callable[[str], Any]) -> TraceContext | None
 # --- the trace -------------------------------------------------------------------------------
 
 
+_BOUNDARY_EFFECTS: Final = ("call", "read", "write", "delete")
+
+
+def _effect_fields(
+    kind: str,
+    *,
+    resource: Any = UNSET,
+    key: Any = UNSET,
+    tenant: Any = UNSET,
+    event: Any = UNSET,
+    detail: Any = UNSET,
+    exchange: Any = UNSET,
+) -> dict[str, Any]:
+    """The fields of an ``effect`` event (see :meth:`BackendTrace.effect`)."""
+    fields: dict[str, Any] = {"effect": kind}
+    for name, value in (
+        ("resource", resource),
+        ("key", key),
+        ("effectTenant", tenant),
+        ("event", event),
+    ):
+        if not _absent(value):
+            fields[name] = code_point_cut(js_string(value), MAX_EFFECT_FIELD)
+    if not _absent(detail):
+        redacted = redact(detail)
+        if isinstance(redacted, dict):
+            for part in ("before", "after", "payload"):
+                if part in redacted:
+                    fields[part] = redacted[part]
+    if not _absent(exchange):
+        redacted = redact(exchange)
+        if isinstance(redacted, dict):
+            fields["exchange"] = redacted
+    return fields
+
+
+class _Deferred:
+    """A pushed event whose fields are built later (see "Deferred events" above)."""
+
+    __slots__ = ("at", "build", "kind", "mono_ns", "sequence")
+
+    def __init__(
+        self,
+        kind: str,
+        build: Callable[[], Mapping[str, Any] | None],
+        sequence: int,
+        at: int | None,
+        mono_ns: int | None,
+    ) -> None:
+        self.kind = kind
+        self.build = build
+        self.sequence = sequence
+        self.at = at
+        self.mono_ns = mono_ns
+
+
+DeferredEffect = Callable[[], "tuple[Any, Any, Any] | None"]
+"""Builds a deferred effect's ``(resource, key, exchange)`` (each may be :data:`UNSET`), or
+returns ``None`` when it cannot: the effect is then left out of the trace."""
+
+
 def _wall_ms() -> int:
     # Looked up at call time so a pinned clock (replay) is seen.
     return time.time_ns() // 1_000_000
@@ -302,7 +377,8 @@ class BackendTrace:
         mono_ns: Callable[[], int] | None = None,
     ) -> None:
         self._common: dict[str, Any] = dict(common)
-        self._events: list[TraceEvent] = []
+        self._events: list[TraceEvent | _Deferred] = []
+        self._deferred = 0
         self._finished = False
         self._lock = threading.Lock()
         self._capture_envelope = capture_envelope
@@ -323,6 +399,7 @@ class BackendTrace:
         selections: Any = UNSET,
         wall_ms: Callable[[], int] | None = None,
         mono_ns: Callable[[], int] | None = None,
+        input_factory: Callable[[], Any] | None = None,
     ) -> BackendTrace:
         """Open a trace and push its ``start`` event (PROTOCOL 2.2).
 
@@ -332,6 +409,8 @@ class BackendTrace:
         only as its :func:`identity`; ``input`` is redacted; at most 256 ``selections`` are
         kept. For capture-envelope contexts ``wall_ms`` (epoch milliseconds) and ``mono_ns``
         (a monotonic nanosecond clock) replace the real clocks behind ``at`` and ``monoNs``.
+        ``input_factory`` (internal, capture pipeline) replaces ``input``: it is called, and its
+        result redacted, only when the events are first read (see "Deferred events").
 
         Raises :class:`~reproit_otel.errors.TraceError` ``InvalidOperation`` for an empty or
         over-long operation or explicit span id.
@@ -375,16 +454,45 @@ class BackendTrace:
             wall_ms=wall_ms,
             mono_ns=mono_ns,
         )
-        trace._push("start", {"input": redact(None if input is UNSET else input)})
+        if input_factory is None:
+            trace._push("start", {"input": redact(None if input is UNSET else input)})
+        else:
+            factory = input_factory
+            trace._defer("start", lambda: {"input": redact(factory())})
         return trace
 
     # -- reading ----------------------------------------------------------------------------
 
     @property
     def events(self) -> list[TraceEvent]:
-        """The events in push order (a new list; the event objects are the trace's own)."""
+        """The events in push order (a new list; the event objects are the trace's own).
+
+        Builds any deferred event first.
+        """
         with self._lock:
-            return list(self._events)
+            if self._deferred:
+                self._materialize_locked()
+            return cast(list[TraceEvent], list(self._events))  # none is deferred now
+
+    def settled_events(self) -> list[TraceEvent]:
+        """The events built so far, in push order, leaving deferred events unbuilt.
+
+        The ``return`` event and agent oracle markers are never deferred, so whether a
+        finished trace is a failure can be read from these alone.
+        """
+        with self._lock:
+            return [event for event in self._events if not isinstance(event, _Deferred)]
+
+    @property
+    def deferred_count(self) -> int:
+        """How many pushed events still wait to be built."""
+        return self._deferred
+
+    def materialize(self) -> None:
+        """Build every deferred event now (the capture pipeline calls it for a failure)."""
+        with self._lock:
+            if self._deferred:
+                self._materialize_locked()
 
     @property
     def finished(self) -> bool:
@@ -438,26 +546,42 @@ class BackendTrace:
             raise TraceError("AlreadyFinished")
         if not isinstance(kind, str) or kind not in EFFECT_KINDS:
             raise TraceError("InvalidOperation")
-        fields: dict[str, Any] = {"effect": kind}
-        for name, value in (
-            ("resource", resource),
-            ("key", key),
-            ("effectTenant", tenant),
-            ("event", event),
-        ):
-            if not _absent(value):
-                fields[name] = code_point_cut(js_string(value), MAX_EFFECT_FIELD)
-        if not _absent(detail):
-            redacted = redact(detail)
-            if isinstance(redacted, dict):
-                for part in ("before", "after", "payload"):
-                    if part in redacted:
-                        fields[part] = redacted[part]
-        if not _absent(exchange):
-            redacted = redact(exchange)
-            if isinstance(redacted, dict):
-                fields["exchange"] = redacted
+        fields = _effect_fields(
+            kind,
+            resource=resource,
+            key=key,
+            tenant=tenant,
+            event=event,
+            detail=detail,
+            exchange=exchange,
+        )
         self._push("effect", fields)
+
+    def defer_effect(self, kind: str, build: DeferredEffect) -> None:
+        """Push a ``call``/``read``/``write``/``delete`` effect whose fields are built later.
+
+        Internal (the capture pipeline's recorders). Takes the event's place, ``sequence``,
+        ``at`` and ``monoNs`` now; ``build()`` gives ``(resource, key, exchange)`` when the
+        events are first read, and the fields are then exactly those :meth:`effect` would have
+        recorded. A ``build`` returning ``None`` leaves the event out. Raises like
+        :meth:`effect` (``AlreadyFinished``, ``InvalidOperation``, ``TooManyEvents``).
+        """
+        if self._finished:
+            raise TraceError("AlreadyFinished")
+        if kind not in _BOUNDARY_EFFECTS:
+            raise TraceError("InvalidOperation")
+
+        def fields() -> dict[str, Any] | None:
+            built = build()
+            if built is None:
+                return None
+            resource, key, exchange = built
+            made = _effect_fields(kind, resource=resource, key=key, exchange=exchange)
+            if made.get("resource") == ORACLE_MARKER_RESOURCE and made.get("key") in AGENT_ORACLES:
+                return None  # would be an oracle marker, which is never deferred
+            return made
+
+        self._defer("effect", fields)
 
     def oracle(self, oracle_id: Any, detail: Any = UNSET) -> None:
         """Mark an agent oracle: an ``emit`` effect on ``reproit-oracle`` keyed by the id.
@@ -523,6 +647,45 @@ class BackendTrace:
                 event["at"] = self._wall_ms()
                 event["monoNs"] = self._mono_ns() - self._origin_ns
             self._events.append(event)
+
+    def _defer(self, kind: str, build: Callable[[], Mapping[str, Any] | None]) -> None:
+        """Push ``kind`` now (place, sequence, stamps); its fields come from ``build()`` later."""
+        with self._lock:
+            if len(self._events) >= MAX_EVENTS:
+                raise TraceError("TooManyEvents")
+            sequence = _take_sequence()
+            at: int | None = None
+            mono: int | None = None
+            if self._capture_envelope:
+                at = self._wall_ms()
+                mono = self._mono_ns() - self._origin_ns
+            self._events.append(_Deferred(kind, build, sequence, at, mono))
+            self._deferred += 1
+
+    def _materialize_locked(self) -> None:
+        """Build every deferred event in place (lock held); a ``None`` build drops its event.
+
+        Builders must not raise (the pipeline guards its own); if one does, the exception
+        propagates and the trace is left as it was.
+        """
+        built: list[TraceEvent | _Deferred] = []
+        for entry in self._events:
+            if not isinstance(entry, _Deferred):
+                built.append(entry)
+                continue
+            fields = entry.build()
+            if fields is None:
+                continue
+            event: TraceEvent = dict(self._common)
+            event["sequence"] = entry.sequence
+            event["kind"] = entry.kind
+            event.update(fields)
+            if entry.at is not None:
+                event["at"] = entry.at
+                event["monoNs"] = entry.mono_ns
+            built.append(event)
+        self._events = built
+        self._deferred = 0
 
 
 def marked_oracle(events: Iterable[Any]) -> str | None:

@@ -33,7 +33,7 @@ HOOKS: list[tuple[Any, str, str | None]] = [
     (ReproitSpanProcessor, "_on_start", "processor.on_start"),
     (ReproitSpanProcessor, "_on_end", "processor.on_end"),
     (ReproitSpanProcessor, "start_exchange", "recording.start_exchange[requests]"),
-    (ReproitSpanProcessor, "exchange_finished", "recording.finish[psycopg2]"),
+    (ReproitSpanProcessor, "exchange_deferred", "recording.finish[psycopg2]"),
     (_requests_record.RecordedCall, "begin", "requests.record_request"),
     (_requests_record.RecordedCall, "responded", "requests.record_response"),
     (_requests_record.RecordedCall, "failed", "requests.record_error"),

@@ -1,0 +1,236 @@
+"""Deferred capture: healthy operations never build their exchanges, failing ones get the
+very events eager recording would have given them.
+
+The trace level (``BackendTrace.defer_effect`` and ``input_factory``) is compared with eager
+pushes under pinned clocks; the pipeline level (span processor, operation, uploader) counts
+how often a recorder's ``build()`` runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import SpanKind
+
+from reproit_otel import recording
+from reproit_otel.config import read_config
+from reproit_otel.errors import TraceError
+from reproit_otel.processor import ReproitSpanProcessor
+from reproit_otel.uploader import Uploader, UploaderSettings
+from reproit_otel.wire.batch import CaptureSettings
+from reproit_otel.wire.canonical import canonical_json_bytes
+from reproit_otel.wire.trace import (
+    MAX_EVENTS,
+    BackendTrace,
+    TraceContext,
+    reset_sequence,
+)
+
+CONTEXT = TraceContext("cap-1-1", build="b1", capture_envelope=True, replay_seed="0123456789abcdef")
+INPUT = {"query": {"id": "7"}, "headers": {"authorization": "Bearer x", "accept": "*/*"}}
+EXCHANGE: dict[str, Any] = {
+    "protocol": "http",
+    "request": {"method": "GET", "url": "http://api/a?token=$reproit", "headers": {"cookie": "c"}},
+    "response": {"status": 200, "body": {"json": {"password": "p", "ok": True}}},
+}
+
+
+def _clocks() -> dict[str, Callable[[], int]]:
+    wall = itertools.count(1_700_000_000_000, 7)
+    mono = itertools.count(1000, 13)
+    return {"wall_ms": lambda: next(wall), "mono_ns": lambda: next(mono)}
+
+
+def _eager() -> BackendTrace:
+    reset_sequence(40)
+    trace = BackendTrace.begin(CONTEXT, "GET /orders", input=INPUT, **_clocks())
+    trace.effect("call", resource="api", key="GET /a?token=$reproit", exchange=EXCHANGE)
+    trace.oracle("agent-response-content", {"why": "x"})
+    trace.effect("read", resource="pg", key="SELECT 1", exchange={"protocol": "pg"})
+    trace.finish({"email": "e"}, 500, False, True)
+    return trace
+
+
+def _deferred() -> BackendTrace:
+    reset_sequence(40)
+    trace = BackendTrace.begin(CONTEXT, "GET /orders", input_factory=lambda: INPUT, **_clocks())
+    trace.defer_effect("call", lambda: ("api", "GET /a?token=$reproit", EXCHANGE))
+    trace.oracle("agent-response-content", {"why": "x"})
+    trace.defer_effect("read", lambda: ("pg", "SELECT 1", {"protocol": "pg"}))
+    trace.finish({"email": "e"}, 500, False, True)
+    return trace
+
+
+def test_deferred_events_are_the_eager_events_byte_for_byte() -> None:
+    eager, deferred = _eager(), _deferred()
+    assert deferred.deferred_count == 3
+    assert canonical_json_bytes(deferred.events) == canonical_json_bytes(eager.events)
+    assert deferred.events == eager.events
+    assert deferred.deferred_count == 0
+    assert deferred.header() == eager.header()
+
+
+def test_settled_events_leave_deferred_ones_unbuilt() -> None:
+    calls: list[str] = []
+
+    def note(name: str, value: Any) -> Any:
+        calls.append(name)
+        return value
+
+    trace = BackendTrace.begin(CONTEXT, "GET /x", input_factory=lambda: note("input", None))
+    trace.defer_effect("call", lambda: note("call", ("api", "GET /a", {})))
+    trace.finish(None, 200, True, True)
+    assert [event["kind"] for event in trace.settled_events()] == ["return"]
+    assert calls == []
+    trace.materialize()
+    assert calls == ["input", "call"]
+    assert [event["kind"] for event in trace.settled_events()] == ["start", "effect", "return"]
+    trace.materialize()
+    assert calls == ["input", "call"]  # built once
+
+
+def test_a_build_that_gives_nothing_leaves_its_event_out() -> None:
+    reset_sequence(1)
+    trace = BackendTrace.begin(CONTEXT, "GET /x")
+    trace.defer_effect("call", lambda: None)
+    trace.defer_effect("call", lambda: ("reproit-oracle", "agent-response-content", {}))
+    trace.defer_effect("write", lambda: ("pg", "INSERT", {}))
+    trace.finish(None, 500, False, True)
+    events = trace.events
+    assert [(e["kind"], e["sequence"]) for e in events] == [
+        ("start", 1),
+        ("effect", 4),
+        ("return", 5),
+    ]
+
+
+def test_deferred_events_count_against_the_event_limit() -> None:
+    trace = BackendTrace.begin(CONTEXT, "GET /x")
+    for _ in range(MAX_EVENTS - 1):
+        trace.defer_effect("call", lambda: ("api", "GET /a", {}))
+    with pytest.raises(TraceError) as raised:
+        trace.defer_effect("call", lambda: ("api", "GET /a", {}))
+    assert raised.value.code == "TooManyEvents"
+    with pytest.raises(TraceError):
+        trace.finish(None, 500, False, True)
+    assert trace.deferred_count == MAX_EVENTS - 1
+
+
+def test_only_boundary_effects_are_deferred_and_not_after_the_finish() -> None:
+    trace = BackendTrace.begin(CONTEXT, "GET /x")
+    with pytest.raises(TraceError) as raised:
+        trace.defer_effect("emit", lambda: ("api", "k", {}))
+    assert raised.value.code == "InvalidOperation"
+    trace.finish(None, 200, True, True)
+    with pytest.raises(TraceError) as raised:
+        trace.defer_effect("call", lambda: ("api", "k", {}))
+    assert raised.value.code == "AlreadyFinished"
+
+
+# -- the pipeline ---------------------------------------------------------------------------
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.traces: list[BackendTrace] = []
+
+    def submit(self, trace: BackendTrace) -> None:
+        self.traces.append(trace)
+
+
+class Rig:
+    def __init__(self) -> None:
+        self.sink = Sink()
+        self.uploader = Uploader(
+            UploaderSettings(
+                endpoint="http://127.0.0.1:9/v1/capture-batches",
+                api_key="k",
+                capture=CaptureSettings("shop"),
+                flush_interval_ms=60_000,
+            )
+        )
+        config = read_config({"REPROIT_SECRET_VALUES": "sk_live_1234"})
+        self.processor = ReproitSpanProcessor(config, [self.uploader, self.sink])
+        self.provider = TracerProvider()
+        self.provider.add_span_processor(self.processor)
+        self.tracer = self.provider.get_tracer("tests.deferred")
+        self.builds: list[str] = []
+
+    def request(self, status: int, *, unrecordable: bool = False) -> BackendTrace:
+        attributes = {"http.request.method": "GET", "url.path": "/x"}
+        attributes_with_status: dict[str, Any] = {
+            **attributes,
+            "http.response.status_code": status,
+        }
+        with self.tracer.start_as_current_span(
+            "GET /x", kind=SpanKind.SERVER, attributes=attributes_with_status
+        ):
+            with self.tracer.start_as_current_span("GET", kind=SpanKind.CLIENT):
+                recorder = recording.start_exchange("requests")
+                assert recorder is not None
+                recorder.finish_deferred("call", self._build("call-1", unrecordable=False))
+            recorder = recording.start_exchange("psycopg2")
+            assert recorder is not None
+            recorder.finish_deferred("read", self._build("read-1", unrecordable=unrecordable))
+        return self.sink.traces[-1]
+
+    def _build(
+        self, name: str, *, unrecordable: bool
+    ) -> Callable[[], tuple[str, str, dict[str, Any]]]:
+        def build() -> tuple[str, str, dict[str, Any]]:
+            self.builds.append(name)
+            if unrecordable:
+                raise recording.Unrecordable("a value with no encoding")
+            return "api", "GET /a?k=sk_live_1234", {"protocol": "http", "note": "sk_live_1234"}
+
+        return build
+
+
+@pytest.fixture
+def rig() -> Iterator[Rig]:
+    made = Rig()
+    yield made
+    made.provider.shutdown()
+    made.uploader.close(0.1)
+
+
+def test_a_healthy_capture_builds_nothing_and_the_uploader_judges_it(rig: Rig) -> None:
+    trace = rig.request(200)
+    assert rig.builds == []
+    assert rig.uploader.stats()["ineligible"] == {"not-a-failure": 1}
+    assert rig.builds == []
+    # Whoever reads the events gets them, built then (once).
+    effects = [event for event in trace.events if event["kind"] == "effect"]
+    assert rig.builds == ["call-1", "read-1"]
+    assert [(e["effect"], e["key"], e["exchange"]) for e in effects] == [
+        ("call", "GET /a?k=$reproit", {"protocol": "http", "note": "$reproit"}),
+        ("read", "GET /a?k=$reproit", {"protocol": "http", "note": "$reproit"}),
+    ]
+
+
+def test_a_failing_capture_is_built_before_its_return_and_uploaded(rig: Rig) -> None:
+    trace = rig.request(503)
+    assert rig.builds == ["call-1", "read-1"]
+    assert trace.deferred_count == 0
+    events = trace.events
+    assert [event["kind"] for event in events] == ["start", "effect", "effect", "return"]
+    sequences = [event["sequence"] for event in events]
+    assert sequences == sorted(sequences) and len(set(sequences)) == 4
+    assert events[-1]["effectsComplete"] is True
+    assert rig.uploader.stats()["captured_operations"] == 1
+
+
+def test_an_unrecordable_exchange_found_at_the_finish_makes_effects_incomplete(
+    rig: Rig,
+) -> None:
+    trace = rig.request(500, unrecordable=True)
+    events = trace.events
+    assert [event["kind"] for event in events] == ["start", "effect", "return"]
+    assert events[-1]["effectsComplete"] is False
+    assert rig.uploader.stats()["ineligible"] == {"effects-incomplete": 1}
+    reasons = rig.processor.stats()["incomplete_reasons"]
+    assert reasons == {"psycopg2: a value with no encoding": 1}
