@@ -15,8 +15,9 @@ in the environment) and make live calls that carry secrets and do not match:
 * an invoke boundary served from the capsule and one served from fixtures
   (``REPROIT_TOOLS=replay``): secret-named arguments and secret values in the arguments.
 
-Every byte written to file descriptor 2 (the DIVERGENCE lines, the replay's own line) and the
-text of every exception the application sees is searched for every planted secret. Calls that
+Every byte written to file descriptor 2 (the DIVERGENCE lines, the replay's own line), every
+record the ``reproit_otel`` logger writes and the text of every exception the application sees
+is searched for every planted secret. Calls that
 carry the same secrets but otherwise equal the recording must still be served (the redaction
 applies to matching too). A visible marker planted beside the secrets must appear in the
 lines, so a line that lost its probe cannot pass.
@@ -25,6 +26,10 @@ lines, so a line that lost its probe cannot pass.
 from __future__ import annotations
 
 import json
+import logging
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,14 +43,22 @@ from hypothesis import strategies as st
 
 from reproit_otel import secrets
 from reproit_otel.errors import DivergedError, MissingFixtureError
-from reproit_otel.instrumentation.invoke import boundary
+from reproit_otel.instrumentation.invoke import boundary, use_tracer_provider
 from reproit_otel.replay import install_replay, uninstall_replay
+from reproit_otel.uploader import Uploader
+from reproit_otel.wire.capsule import capsule_from_batch
 from reproit_otel.wire.redaction import (
     SECRET_PARTS,
     is_secret_key,
     placeholder,
     redact,
 )
+from tests.integration.loopback_ingest import LoopbackIngest
+from tests.integration.upstream import Upstream
+from tests.reliability.harness import fetch, served
+from tests.reliability.secret_drift_app import MARKER as DRIFT_MARKER
+from tests.reliability.secret_drift_app import TOKEN_NAME
+from tests.reliability.secret_drift_app import make_app as drift_app
 
 MARKER = "visible-marker-5c1d"
 DIVERGENCE = "REPROIT:DIVERGENCE "
@@ -219,10 +232,22 @@ def _live_calls(planted: Planted) -> list[str]:
     return seen
 
 
+class _Records(logging.Handler):
+    """Every record the ``reproit_otel`` logger emits, formatted with its traceback."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(logging.Formatter().format(record) + repr(record.args))
+
+
 @dataclass
 class _Replay:
     folder: Path
     monkeypatch: pytest.MonkeyPatch
+    logs: _Records
 
     @staticmethod
     def lines(err: str) -> list[str]:
@@ -233,9 +258,16 @@ class _Replay:
 def replay_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[_Replay]:
     monkeypatch.delenv("REPROIT_TOOLS", raising=False)
     monkeypatch.delenv("REPROIT_REPLAY", raising=False)
+    logger = logging.getLogger("reproit_otel")
+    records = _Records()
+    level = logger.level
+    logger.addHandler(records)
+    logger.setLevel(logging.DEBUG)
     try:
-        yield _Replay(tmp_path, monkeypatch)
+        yield _Replay(tmp_path, monkeypatch, records)
     finally:
+        logger.removeHandler(records)
+        logger.setLevel(level)
         secrets.set_source(None)
 
 
@@ -297,7 +329,8 @@ def test_divergence_lines_of_http_pg_and_invoke_hold_no_secret(
             "payload": f"{MARKER} $reproit $reproit",
         },
     }
-    assert _leaks(FIXED, {"stderr": [err], "exceptions": seen}) == {}
+    outputs = {"stderr": [err], "exceptions": seen, "logs": replay_env.logs.lines}
+    assert _leaks(FIXED, outputs) == {}
 
 
 @settings(
@@ -314,4 +347,86 @@ def test_no_divergence_line_echoes_a_planted_secret(
     err = capfd.readouterr().err
     lines = _Replay.lines(err)
     assert len(lines) == 4 and all(MARKER in line for line in lines)
-    assert _leaks(planted, {"stderr": [err], "exceptions": seen}) == {}
+    outputs = {"stderr": [err], "exceptions": seen, "logs": replay_env.logs.lines}
+    assert _leaks(planted, outputs) == {}
+
+
+# -- end to end: a captured request replayed with drift by `reproit-otel check` ----------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.postgres
+def test_check_of_a_drifted_replay_prints_no_secret(
+    postgres_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Capture ``GET /pay`` for real, then let ``check`` replay it with every call drifted."""
+    token, note, pin = "Zqdrifttokenvalue01", "Zqdriftconfigured01", "Zqdriftpinvalue0001"
+    monkeypatch.delenv("REPROIT_TOOLS", raising=False)
+    upstream = Upstream()
+    ingest = LoopbackIngest()
+    secrets.set_source({TOKEN_NAME: token})
+    try:
+        environ = {
+            "REPROIT_ENDPOINT": ingest.url,
+            "REPROIT_API_KEY": "k",
+            "REPROIT_APP_ID": "shop",
+            "REPROIT_FLUSH_INTERVAL_MS": "100",
+            "REPROIT_SECRET_VALUES": json.dumps([note]),
+        }
+        app = drift_app(upstream.base, postgres_dsn, note, pin)
+        with served(upstream.base, postgres_dsn, environ, app=app) as service:
+            use_tracer_provider(service.provider)
+            status, _, body = fetch(service.base, "GET", "/pay")
+            assert (status, json.loads(body)["seen"][0]) == (500, 200)
+            [uploader] = [s for s in service.sinks() if isinstance(s, Uploader)]
+            assert uploader.flush(20) is True
+            [upload] = ingest.wait_for(1)
+    finally:
+        use_tracer_provider(None)
+        secrets.set_source(None)
+        ingest.stop()
+        upstream.stop()
+    batch = tmp_path / "batch.json"
+    batch.write_bytes(upload.body)
+    capsule = capsule_from_batch(json.loads(upload.body))
+    assert capsule is not None
+    recorded = [e["exchange"]["protocol"] for e in capsule["events"] if "exchange" in e]
+    assert recorded == ["http", "invoke", "pg"]
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REPROIT_")}
+    env.update(
+        PYTHONPATH=str(REPO),
+        REPROIT_SECRET_VALUES=json.dumps([note]),
+        DRIFT_APP_TOKEN=token,
+        DRIFT_APP_NOTE=note,
+        DRIFT_APP_PIN=pin,
+        DRIFT_APP_DRIFT="9",
+        UPSTREAM="http://127.0.0.1:9",
+        DSN=postgres_dsn,
+    )
+    command = f"{sys.executable} tests/reliability/secret_drift_app.py"
+    run = subprocess.run(
+        [sys.executable, "-m", "reproit_otel", "check", str(batch), "--exec", command, "--json"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    report = json.loads(run.stdout)
+    assert (report["verdict"], run.returncode) == ("diverged", 3), run.stdout + run.stderr
+    divergences = report["divergences"]
+    assert [d["protocol"] for d in divergences] == ["http", "invoke", "pg"]
+    assert all(DRIFT_MARKER in json.dumps(d["got"]) for d in divergences)
+    outputs = {
+        "check stdout": [run.stdout],
+        "check stderr": [run.stderr],
+        "batch": [upload.body.decode("utf-8")],
+    }
+    found = {
+        name: [s for s in (token, note, pin) if any(s in text for text in texts)]
+        for name, texts in outputs.items()
+    }
+    assert {name: hits for name, hits in found.items() if hits} == {}
