@@ -10,11 +10,12 @@ What counts as a command:
   is either a command (its first word after ``NAME=value`` assignments is one of
   :data:`PROGRAMS`), or output shown in the block (it starts with ``REPROIT:`` or ``{``);
   anything else is reported by :func:`unclassified_lines` so the table cannot miss it;
-* in the prose, a backtick span whose first word after assignments is a program of
-  :data:`PROGRAMS` and that has an argument (``reproit-otel list``), or a ``scripts/`` path on
-  its own (``scripts/bootstrap``). A span ending in ``:`` followed by text (a quoted output
-  line such as ``reproit-otel serve: listening on ...``) and ``python`` followed by anything
-  but ``-m``, ``-c`` or a ``.py`` path (``python 3.x.y``) are not commands.
+* in the prose, a backtick span (it may run over a line break) whose first word after
+  assignments is a program of :data:`PROGRAMS` and that has an argument
+  (``reproit-otel list``), or a ``scripts/`` path on its own (``scripts/bootstrap``). A span
+  holding ``:`` followed by text (a quoted output line such as ``reproit-otel serve:
+  listening on ...``) and ``python`` followed by anything but ``-m``, ``-c`` or a ``.py``
+  path (``python 3.x.y``) are not commands.
 
 Commands are normalised: runs of blanks become one space.
 """
@@ -52,7 +53,7 @@ PROGRAMS = frozenset(
 
 _SHELL_INFO = frozenset({"", "sh", "bash", "shell", "console"})
 _FENCE = re.compile(r"^\s*```(?P<info>\S*)\s*$")
-_SPAN = re.compile(r"`([^`\n]+)`")
+_SPAN = re.compile(r"`([^`]+?)`")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=\S*$")
 
 
@@ -174,7 +175,7 @@ def commands_of(path: str) -> list[Command]:
             if program(text) in PROGRAMS:
                 found.append(Command(path, text, inline=False))
     for span in _SPAN.findall(prose):
-        if _is_inline_command(span):
+        if "\n\n" not in span and _is_inline_command(span):
             found.append(Command(path, normalise(span), inline=True))
     return found
 

@@ -13,7 +13,8 @@ What each test covers, by document:
 
 * README.md and docs/quickstart.md, "your own service": serve, the instrumented app, list,
   show, pull, check (REPRODUCED, then FIXED after the fix); docs/ingest.md's list filters
-  and pull; docs/replay.md's check; docs/capture.md's launch block.
+  and pull; docs/replay.md's check, of a file and of an occurrence id; the launch blocks of
+  docs/quickstart.md and docs/capture.md.
 * docs/capture.md, "seeing what would be captured": the debug dump, curl and cat.
 * docs/boundary.md: ``REPROIT_TOOLS=record|replay pytest`` and ``reproit-otel doctor``.
 * docs/ci.md and examples/ci/README.md: capture in pytest, check, the replay by hand.
@@ -57,6 +58,11 @@ from tests.integration.pipeline_support import _free_port
 from tests.integration.upstream import Upstream
 
 BIN = Path(sys.executable).parent
+NO_TELEMETRY = {
+    "OTEL_TRACES_EXPORTER": "none",
+    "OTEL_METRICS_EXPORTER": "none",
+    "OTEL_LOGS_EXPORTER": "none",
+}
 APP = Path(orders_app.__file__)
 
 pytestmark = pytest.mark.skipif(
@@ -263,6 +269,20 @@ def test_the_five_minute_guide_captures_pulls_and_replays(
                     assert re.search(r"^operation\s+POST /orders$", done.stdout, flags=re.M)
         assert (tmp_path / "failure.json").read_bytes() == pulled
         assert (tmp_path / "capsule.json").read_bytes() == pulled
+
+        # docs/replay.md: check pulls the occurrence itself, with the optional flags given.
+        by_id = command_starting("docs/replay.md", "reproit-otel check occ_")
+        assert by_id == 'reproit-otel check occ_... --exec "..." [--ingest URL] [--api-key KEY]'
+        by_id = (
+            by_id.replace("occ_...", occurrence)
+            .replace('"..."', '"opentelemetry-instrument python app.py"')
+            .replace("[--ingest URL]", f"--ingest {ingest_url}")
+            .replace("[--api-key KEY]", "--api-key dev-key")
+        )
+        done = _sh(by_id, tmp_path, _env(**NO_TELEMETRY))
+        assert (done.returncode, _verdict(done.stdout)) == (1, "REPRODUCED"), done.stderr
+        saved = tmp_path / ".reproit" / "capsules" / f"{occurrence}.json"
+        assert saved.read_bytes() == pulled
     finally:
         assert ingest.stop() == 0
     assert (tmp_path / "reproit-ingest.db").is_file()  # serve's default store, in the cwd

@@ -100,6 +100,11 @@ RUN_BY: dict[str, str] = {
     'check capsule.json --exec "opentelemetry-instrument python app.py"': FIVE,
     "reproit-otel check OCC": "tests/integration/test_check_cli.py::"
     "test_an_occurrence_id_is_pulled_saved_and_checked",
+    'reproit-otel check occ_... --exec "..." [--ingest URL] [--api-key KEY]': FIVE
+    + " (with both options)",
+    'reproit-otel check capsule.json --exec "opentelemetry-instrument python '
+    'examples/shop/app.py"': "demo stage 9 (the capsule in the work folder, the shop by its "
+    "full path)",
     "reproit-otel serve": SERVE,
     "reproit-otel list/show/pull": FIVE,
     "reproit-otel show": FIVE,
