@@ -39,6 +39,7 @@ Every method is safe to call from any thread; state changes happen under the ope
 from __future__ import annotations
 
 import enum
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -277,7 +278,7 @@ class Operation:
                 return
             try:
                 if self.scan:
-                    built = self._build(build, library, secrets)
+                    built = _build(build, library, secrets, self._build_failures)
                     if built is None:
                         self._take_build_failures_locked()
                         return
@@ -289,37 +290,16 @@ class Operation:
                         exchange=exchange,
                     )
                 else:
-                    self.trace.defer_effect(effect, lambda: self._build(build, library, secrets))
+                    # The builder must not hold the operation: the trace would then be part of
+                    # a reference cycle, left to the cyclic garbage collector.
+                    self.trace.defer_effect(
+                        effect,
+                        functools.partial(_build, build, library, secrets, self._build_failures),
+                    )
             except TraceError as exc:
                 self._reason_locked(f"exchange not recorded: {exc.code}")
                 return
             self.recorded_exchanges += 1
-
-    def _build(
-        self, build: DeferredExchange, library: str, secrets: tuple[str, ...]
-    ) -> tuple[Any, Any, Any] | None:
-        """Build a deferred exchange, scrubbed with ``secrets``; None when it cannot be.
-
-        Never takes the operation's lock (it may run on a thread reading the events).
-        """
-        failure = f"{library}: the exchange could not be recorded"
-        with guarded(f"operation.build[{library}]"):
-            try:
-                resource, key, exchange = build()
-            except Unrecordable as error:
-                failure = f"{library}: {error.reason}"
-            else:
-                if secrets:
-                    exchange = scrub_value(exchange, secrets)
-                    resource = None if resource is None else scrub_secret_values(resource, secrets)
-                    key = None if key is None else scrub_secret_values(key, secrets)
-                return (
-                    UNSET if resource is None else resource,
-                    UNSET if key is None else key,
-                    exchange,
-                )
-        self._build_failures.append(failure)  # list.append is atomic: no lock needed
-        return None
 
     def _take_build_failures_locked(self) -> None:
         while self._build_failures:
@@ -429,3 +409,31 @@ class Operation:
             return self.trace.header()
         except TraceError:
             return None
+
+
+def _build(
+    build: DeferredExchange, library: str, secrets: tuple[str, ...], failures: list[str]
+) -> tuple[Any, Any, Any] | None:
+    """Build a deferred exchange, scrubbed with ``secrets``; None when it cannot be.
+
+    The reason goes to ``failures`` (the operation's list; ``list.append`` is atomic, so no
+    lock is taken: this may run on any thread that reads the events).
+    """
+    failure = f"{library}: the exchange could not be recorded"
+    with guarded(f"operation.build[{library}]"):
+        try:
+            resource, key, exchange = build()
+        except Unrecordable as error:
+            failure = f"{library}: {error.reason}"
+        else:
+            if secrets:
+                exchange = scrub_value(exchange, secrets)
+                resource = None if resource is None else scrub_secret_values(resource, secrets)
+                key = None if key is None else scrub_secret_values(key, secrets)
+            return (
+                UNSET if resource is None else resource,
+                UNSET if key is None else key,
+                exchange,
+            )
+    failures.append(failure)
+    return None

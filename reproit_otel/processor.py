@@ -486,6 +486,9 @@ class ReproitSpanProcessor(SpanProcessor):
             if operation.handed_off or operation.evicted:
                 return
             operation.handed_off = True
+            # The request and its operation point at each other; let go of that cycle here
+            # so both are freed without the cyclic garbage collector.
+            operation.inbound = None
             self._operations.pop((operation.otel_trace_id, operation.root_span_id), None)
             self._drop_spans_locked(operation)
             self._stats["operations_finished"] += 1

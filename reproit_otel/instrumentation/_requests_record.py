@@ -36,7 +36,7 @@ import io
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 from urllib.parse import urlsplit, urlunsplit
 
 from reproit_otel._guard import guarded
@@ -448,20 +448,40 @@ class _ReadState:
         self.close_pending = False
 
 
+def _unbound(raw: Any, name: str, raw_ref: weakref.ref[Any]) -> Callable[..., Any]:
+    """``raw.<name>`` as a callable that does not hold ``raw``.
+
+    The taps are set as attributes of ``raw`` itself, so a tap holding ``raw`` (or one of its
+    bound methods) would make every recorded response a reference cycle, garbage that only
+    the cyclic collector frees. The class's function is called with ``raw`` looked up through
+    a weak reference instead. A method already replaced on the instance is kept as it is.
+    """
+    own = getattr(raw, "__dict__", {}).get(name)
+    if own is not None:
+        return cast(Callable[..., Any], own)
+    function = getattr(type(raw), name)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return function(raw_ref(), *args, **kwargs)
+
+    return call
+
+
 def _tap_raw(raw: Any, recording: _ResponseRecording) -> None:
     """Route the body reads of this one urllib3 response through ``recording``.
 
     Only instance attributes are set: the class, other responses and the bytes the
     application receives stay exactly as they were. A ``close()`` that urllib3 makes inside
     a read (it does before raising a protocol error) is settled by that read, so the error is
-    recorded with the exchange.
+    recorded with the exchange. No tap holds ``raw`` strongly (see :func:`_unbound`).
     """
     state = _ReadState()
+    raw_ref = weakref.ref(raw)
 
     def settle(data: bytes | None, amt: Any) -> None:
         if data:
             recording.add(data)
-        if state.close_pending or (not data and amt != 0) or _exhausted(raw):
+        if state.close_pending or (not data and amt != 0) or _exhausted(raw_ref()):
             recording.finish()
 
     def reading(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -481,7 +501,11 @@ def _tap_raw(raw: Any, recording: _ResponseRecording) -> None:
 
         return read
 
-    original_chunked = raw.read_chunked if callable(getattr(raw, "read_chunked", None)) else None
+    original_chunked = (
+        _unbound(raw, "read_chunked", raw_ref)
+        if callable(getattr(raw, "read_chunked", None))
+        else None
+    )
 
     def read_chunked(*args: Any, **kwargs: Any) -> Iterator[bytes]:
         assert original_chunked is not None
@@ -505,7 +529,7 @@ def _tap_raw(raw: Any, recording: _ResponseRecording) -> None:
             pieces.close()  # the reader stopped early: close() or garbage collection finishes
         recording.finish()
 
-    original_close = raw.close
+    original_close = _unbound(raw, "close", raw_ref)
 
     def close() -> None:
         try:
@@ -516,9 +540,9 @@ def _tap_raw(raw: Any, recording: _ResponseRecording) -> None:
             else:
                 recording.finish()
 
-    raw.read = reading(raw.read)
+    raw.read = reading(_unbound(raw, "read", raw_ref))
     if callable(getattr(raw, "read1", None)):
-        raw.read1 = reading(raw.read1)
+        raw.read1 = reading(_unbound(raw, "read1", raw_ref))
     if original_chunked is not None:
         raw.read_chunked = read_chunked
     raw.close = close

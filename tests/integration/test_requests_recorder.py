@@ -478,3 +478,31 @@ def test_concurrent_operations_keep_their_own_exchanges(
     with ThreadPoolExecutor(max_workers=16) as pool:
         keys = list(pool.map(operation, range(16)))
     assert keys == [[f"GET /query?n={i}&call=1", f"GET /query?n={i}&call=2"] for i in range(16)]
+
+
+def test_a_recorded_call_leaves_no_reference_cycle(upstream: Upstream, capture: Capture) -> None:
+    """A recorded response and its operation are freed by reference counting alone: garbage
+    for the cyclic collector on every request would cost every request its collection time."""
+    session = requests.Session()
+    capture.operation(lambda: session.get(upstream.base + "/json").json())  # warm
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for _ in range(3):
+            capture.operation(lambda: session.get(upstream.base + "/json").json())
+        capture.sink.traces.clear()
+        gc.collect()
+        ours = sorted(
+            {
+                type(thing).__module__ + "." + type(thing).__qualname__
+                for thing in gc.garbage
+                if type(thing).__module__.startswith(("reproit_otel", "urllib3"))
+            }
+        )
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+        session.close()
+    assert ours == []
