@@ -83,6 +83,17 @@ def _login_page(target: str, message: str | None = None) -> str:
     )
 
 
+def _no_keys_page() -> str:
+    return page(
+        "Sign in",
+        '<section class="login"><h1>This page needs a key</h1>'
+        "<p>This ingest was started without any key, and its page shows captured production "
+        "data, so it is not served. Restart it with a key to read it here:</p>"
+        "<pre>reproit-otel serve --api-key KEY</pre>"
+        "<p>or add a read-only key with <code>--read-key KEY</code>.</p></section>",
+    )
+
+
 class WebPages:
     """The page handlers bound to one store, set of read keys and replay boot command."""
 
@@ -95,6 +106,8 @@ class WebPages:
         return self.keys.allowed(request.headers, request.cookies)
 
     def _refused(self, request: Request) -> HTMLResponse:
+        if not self.keys.configured:
+            return _html(_no_keys_page(), 401)
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         return _html(
             _login_page(safe_next(target)), 401, {"www-authenticate": 'Bearer realm="reproit"'}
@@ -102,7 +115,7 @@ class WebPages:
 
     def _not_found(self, message: str, status: int = 404) -> HTMLResponse:
         body = f'<h1>Not here</h1><p>{text(message)}</p><p><a href="/">All occurrences</a></p>'
-        return _html(page("Not found", body, signed_in=not self.keys.open), status)
+        return _html(page("Not found", body, signed_in=True), status)
 
     async def index(self, request: Request) -> Response:
         if not self._allowed(request):
@@ -121,7 +134,7 @@ class WebPages:
 
         listed, facets = await run_in_threadpool(load)
         body = list_html(query, listed, facets)
-        return _html(page("Occurrences", body, signed_in=not self.keys.open))
+        return _html(page("Occurrences", body, signed_in=True))
 
     async def occurrence(self, request: Request) -> Response:
         if not self._allowed(request):
@@ -138,7 +151,7 @@ class WebPages:
         base_url = str(request.base_url).rstrip("/")
         body = occurrence_html(found, batch, base_url=base_url, exec_command=self.exec_command)
         title = f"{found.status or ''} {found.operation}".strip()
-        return _html(page(title, body, signed_in=not self.keys.open))
+        return _html(page(title, body, signed_in=True))
 
     async def capsule(self, request: Request) -> Response:
         if not self._allowed(request):
@@ -164,6 +177,8 @@ class WebPages:
 
     async def login_form(self, request: Request) -> Response:
         target = safe_next(request.query_params.get("next"))
+        if not self.keys.configured:
+            return _html(_no_keys_page(), 401)
         if self._allowed(request):
             return RedirectResponse(target, status_code=303)
         return _html(_login_page(target))
@@ -177,8 +192,8 @@ class WebPages:
         fields = urllib.parse.parse_qs(raw.decode("utf-8", errors="replace"))
         key = (fields.get("key") or [""])[0].strip()
         target = safe_next((fields.get("next") or ["/"])[0])
-        if self.keys.open:
-            return RedirectResponse(target, status_code=303)
+        if not self.keys.configured:
+            return _html(_no_keys_page(), 401)
         if not key or not self.keys.accepts(key):
             await asyncio.sleep(FAILED_LOGIN_DELAY_S)
             return _html(_login_page(target, "That key is not accepted here."), 401)

@@ -13,8 +13,10 @@ shares the keys, stops working the moment its key is removed, and expires after
 (a link from an alert still opens the page signed in; other sites cannot post with it),
 ``Path=/`` and ``Secure`` when the page is served over HTTPS.
 
-With no key configured at all the ingest is open (a developer's laptop): the page is too,
-exactly like the occurrence API.
+The page always requires a key. An ingest started with no key at all (a developer's laptop)
+still accepts batches and answers the occurrence API, but its page only explains how to
+restart ``reproit-otel serve`` with ``--api-key`` or ``--read-key``: the page shows captured
+production data, so it is never served to whoever asks.
 """
 
 from __future__ import annotations
@@ -45,9 +47,9 @@ class ReadKeys:
         self._clock = clock
 
     @property
-    def open(self) -> bool:
-        """No key configured: everyone may read."""
-        return not self.keys
+    def configured(self) -> bool:
+        """At least one key is configured (without one, nobody may read the page)."""
+        return bool(self.keys)
 
     def _now(self) -> int:
         return int(self._clock())
@@ -75,8 +77,6 @@ class ReadKeys:
 
     def allowed(self, headers: Mapping[str, str], cookies: Mapping[str, str]) -> bool:
         """Whether a request with these headers and cookies may read."""
-        if self.open:
-            return True
         scheme, _, token = headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer" and token.strip() and self.accepts(token.strip()):
             return True

@@ -342,13 +342,18 @@ def test_an_occurrence_seen_only_over_otlp(store: Store) -> None:
     assert unknown.status_code == 404
 
 
-def test_an_open_ingest_has_an_open_page(tmp_path: Path) -> None:
+def test_an_ingest_without_keys_serves_no_page(tmp_path: Path) -> None:
     opened = open_store(f"sqlite:///{tmp_path / 'open.db'}")
     try:
         with _served(opened) as client:
-            assert client.get("/").status_code == 200
-            assert "Sign out" not in client.get("/").text
-            assert client.get("/login").status_code == 303
+            listed = client.get("/")
+            assert listed.status_code == 401
+            assert "reproit-otel serve --api-key KEY" in listed.text
+            assert client.get("/occurrences/occ_x").status_code == 401
+            assert client.get("/occurrences/occ_x/capsule").status_code == 401
+            assert client.post("/login", data={"key": "anything"}).status_code == 401
+            # The API itself stays open on a keyless ingest, as before.
+            assert client.get("/v1/occurrences").status_code == 200
     finally:
         opened.close()
 
