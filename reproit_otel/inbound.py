@@ -50,11 +50,21 @@ class InboundRequest:
     path: str
     """Concrete, percent-decoded path without the query (``/orders/42``)."""
     input: dict[str, Any]
-    """The canonical input (``wire.inputs.http_input``), not yet redacted."""
+    """The canonical input (``wire.inputs.http_input``), not yet redacted (unused when
+    ``input_factory`` is given)."""
     header: Callable[[str], str | None]
     """First value of a lowercase request header name, or None."""
     operation: Operation | None = field(default=None, repr=False)
     """Set by the span processor when the server span of this request begins an operation."""
+    input_factory: Callable[[], dict[str, Any]] | None = field(default=None, repr=False)
+    """Builds the canonical input from what the middleware kept, when it is wanted (a capture
+    builds it only for an operation that fails)."""
+
+    def canonical_input(self) -> dict[str, Any]:
+        """The canonical input: ``input_factory()`` when given, else ``input``."""
+        if self.input_factory is not None:
+            return self.input_factory()
+        return self.input
 
     @property
     def operation_name(self) -> str:

@@ -362,16 +362,25 @@ class Operation:
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    def finish(self, status: int | None, output: Any = None) -> None:
+    def finish(
+        self,
+        status: int | None,
+        output: Any = None,
+        *,
+        output_factory: Callable[[], Any] | None = None,
+    ) -> None:
         """Push the ``return`` event: the response is starting with ``status``.
 
         ``success`` is ``status < 500``; ``effectsComplete`` is computed (D4). A second call
         does nothing. Hands the operation off when its server span has already ended.
+        ``output_factory`` gives the output instead of ``output``; a healthy capture calls it
+        only if its events are read.
         """
         with self._lock:
             if self.finished or self.evicted:
                 return
-            if self.trace.deferred_count and (self.scan or self._wanted(status)):
+            wanted = self.scan or self._wanted(status)
+            if self.trace.deferred_count and wanted:
                 self.trace.materialize()
                 self._take_build_failures_locked()
             for reason in self.open_dependency_reasons():
@@ -379,7 +388,13 @@ class Operation:
             complete = self.effects_complete()
             self.status = status
             secrets = self._secrets()
-            if secrets and output is not None:
+            deferred_output: Callable[[], Any] | None = None
+            if output_factory is not None:
+                if wanted:
+                    output = _guarded_output(output_factory, secrets)()
+                else:
+                    deferred_output = _guarded_output(output_factory, secrets)
+            elif secrets and output is not None:
                 output = scrub_value(output, secrets)
             try:
                 self.trace.finish(
@@ -387,6 +402,7 @@ class Operation:
                     UNSET if status is None else status,
                     status is not None and status < 500,
                     complete,
+                    output_factory=deferred_output,
                 )
             except TraceError as exc:
                 self._reason_locked(f"operation not finished: {exc.code}")
@@ -437,3 +453,15 @@ def _build(
             )
     failures.append(failure)
     return None
+
+
+def _guarded_output(factory: Callable[[], Any], secrets: tuple[str, ...]) -> Callable[[], Any]:
+    """The operation's output from ``factory``, scrubbed of ``secrets``; ``None`` on a defect."""
+
+    def output() -> Any:
+        with guarded("operation.output"):
+            value = factory()
+            return scrub_value(value, secrets) if secrets and value is not None else value
+        return None
+
+    return output

@@ -42,7 +42,8 @@ import tempfile
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, cast
 from urllib.parse import parse_qs
@@ -115,10 +116,18 @@ class DebugDumpSink:
             os.replace(temporary, self.directory / name)
 
 
+_library_names: dict[str, str] = {}
+
+
 def _library(span: ReadableSpan) -> str:
     scope = span.instrumentation_scope
     name = scope.name if scope is not None and scope.name else "unknown"
-    return _LIBRARY_PREFIX.sub("", name)
+    library = _library_names.get(name)
+    if library is None:
+        library = _LIBRARY_PREFIX.sub("", name)
+        if len(_library_names) < _MAX_REASON_KEYS:
+            _library_names[name] = library
+    return library
 
 
 def _is_dependency(span: ReadableSpan) -> bool:
@@ -373,19 +382,25 @@ class ReproitSpanProcessor(SpanProcessor):
         if scan_context is None and not self.capture:
             return
         context = scan_context or self._capture_context()
+        source: Callable[[], Any]
         if inbound is not None:
-            name, input_value = inbound.operation_name, inbound.input
+            name = inbound.operation_name
+            # Not the bound inbound.canonical_input: the trace must not hold the request (the
+            # request holds the operation, which holds the trace).
+            source = inbound.input_factory or partial(_same, inbound.input)
         else:
             name, input_value = self._from_attributes(span)
+            source = partial(_same, input_value)
         secret_values = self._current_secrets()
         try:
             if scan_context is not None:
+                input_value = source()
                 if secret_values:
                     input_value = scrub_value(input_value, secret_values)
                 trace = BackendTrace.begin(context, name, input=input_value)
-            else:  # a capture: the input is scrubbed and redacted only if it is wanted
+            else:  # a capture: the input is built, scrubbed and redacted only if it is wanted
                 trace = BackendTrace.begin(
-                    context, name, input_factory=_input_factory(input_value, secret_values)
+                    context, name, input_factory=_input_factory(source, secret_values)
                 )
         except TraceError as exc:
             with self._lock:
@@ -505,11 +520,16 @@ class ReproitSpanProcessor(SpanProcessor):
                 sink.submit(operation.trace)
 
 
-def _input_factory(value: Any, secret_values: tuple[str, ...]) -> Any:
-    """The deferred ``start`` input of a capture: ``value`` scrubbed of ``secret_values``."""
+def _same(value: Any) -> Any:
+    return value
+
+
+def _input_factory(source: Callable[[], Any], secret_values: tuple[str, ...]) -> Any:
+    """The deferred ``start`` input of a capture: ``source()`` scrubbed of ``secret_values``."""
 
     def factory() -> Any:
         with guarded("processor.input"):
+            value = source()
             return scrub_value(value, secret_values) if secret_values else value
         return None
 

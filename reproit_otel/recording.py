@@ -223,6 +223,7 @@ class ExchangeRecorder:
 _pipeline: RecordingPipeline | None = None
 _override: RecordingPipeline | None = None
 _secrets: list[str] = []
+_secrets_view: tuple[str, ...] = ()
 _secrets_lock = threading.Lock()
 
 
@@ -327,13 +328,14 @@ def register_secret_values(values: Iterable[str]) -> None:
 
     Empty strings are ignored. ``REPROIT_SECRET_VALUES`` is added by the pipeline itself.
     """
+    global _secrets_view
     with _secrets_lock:
         for value in values:
             if isinstance(value, str) and value and value not in _secrets:
                 _secrets.append(value)
+        _secrets_view = tuple(_secrets)
 
 
 def registered_secret_values() -> tuple[str, ...]:
     """Every value registered through :func:`register_secret_values`, in registration order."""
-    with _secrets_lock:
-        return tuple(_secrets)
+    return _secrets_view  # replaced whole under the lock, so always a consistent tuple

@@ -36,8 +36,10 @@ import io
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypedDict, cast
+from typing import Any, TypedDict
 from urllib.parse import urlsplit, urlunsplit
+
+from requests.structures import CaseInsensitiveDict
 
 from reproit_otel._guard import guarded
 from reproit_otel.instrumentation._exceptions import exception_type_name
@@ -128,13 +130,15 @@ def effect_key(method: str, url: str) -> str:
 class BodyTap:
     """Counts and hashes every byte given to it, keeps the first ``MAX_BODY_BYTES + 1``.
 
-    With ``boundaries`` it also notes each piece as one stream chunk (section 4.5).
+    With ``boundaries`` it also notes each piece as one stream chunk (section 4.5). The hash
+    is started only once a body outgrows what is kept (until then the kept bytes are all of
+    it), so small bodies are never hashed.
     """
 
     __slots__ = ("_kept", "_sha", "boundaries", "size")
 
     def __init__(self, *, boundaries: bool = False) -> None:
-        self._sha = hashlib.sha256()
+        self._sha: Any = None
         self._kept = bytearray()
         self.size = 0
         self.boundaries = StreamBoundaries() if boundaries else None
@@ -144,7 +148,10 @@ class BodyTap:
         piece = utf8_bytes(data) if isinstance(data, str) else bytes(data)
         if not piece:
             return
-        self._sha.update(piece)
+        if self._sha is None and self.size + len(piece) > MAX_BODY_BYTES + 1:
+            self._sha = hashlib.sha256(self._kept)  # the kept bytes are everything so far
+        if self._sha is not None:
+            self._sha.update(piece)
         self.size += len(piece)
         room = MAX_BODY_BYTES + 1 - len(self._kept)
         if room > 0:
@@ -155,7 +162,8 @@ class BodyTap:
     def fields(self, content_type: str | None) -> dict[str, Any]:
         """The body fields of section 4.2 for everything added so far."""
         if self.size > MAX_BODY_BYTES:
-            return {"bodyBytes": self.size, "bodySha256": self._sha.hexdigest(), "truncated": True}
+            sha = self._sha if self._sha is not None else hashlib.sha256(self._kept)
+            return {"bodyBytes": self.size, "bodySha256": sha.hexdigest(), "truncated": True}
         return bounded_body(bytes(self._kept) if self.size else None, content_type)
 
 
@@ -240,6 +248,10 @@ def _observe_request_body(body: Any, tap: BodyTap) -> Any:
 
 def _header_items(headers: Any) -> list[tuple[Any, Any]]:
     """A snapshot of a header mapping's items, as they are now."""
+    if type(headers) is CaseInsensitiveDict:
+        # What its items() yields, without a lookup per name: ``_store`` maps each lowercased
+        # name to the (name as set, value) pair.
+        return list(headers._store.values())  # type: ignore[attr-defined]
     return list((headers or {}).items())
 
 
@@ -329,6 +341,10 @@ def _content_type(headers: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+# The weak references that finish a response's recording when it is collected (see watch).
+_watches: set[weakref.ref[Any]] = set()
+
+
 class _ResponseRecording:
     """The response half: accumulates the body the application reads, finishes once."""
 
@@ -340,6 +356,25 @@ class _ResponseRecording:
         self._status = int(response.status_code)
         self._headers = _header_items(response.headers)
         self._content_type = _content_type(response.headers)
+        self._watch: weakref.ref[Any] | None = None
+        self._untap: Callable[[], None] | None = None
+
+    def on_finish(self, untap: Callable[[], None]) -> None:
+        """Call ``untap`` when the recording finishes (it removes the response's taps)."""
+        self._untap = untap
+
+    def watch(self, raw: Any) -> None:
+        """Finish when ``raw`` is collected before its end (an unread, unclosed stream).
+
+        The weak reference is held by a module-level set (so its callback runs even when the
+        response, its taps and this recording are collected together as one cycle) and by
+        this recording, until :meth:`finish` lets go of it.
+        """
+        self._watch = weakref.ref(raw, self._collected)
+        _watches.add(self._watch)
+
+    def _collected(self, _ref: object) -> None:
+        self.finish()
 
     def add(self, data: bytes) -> None:
         # Called from inside the application's reads: never let a defect of ours reach them.
@@ -352,7 +387,13 @@ class _ResponseRecording:
             if self._done:
                 return
             self._done = True
+            if self._watch is not None:
+                _watches.discard(self._watch)
+                self._watch = None
+            untap, self._untap = self._untap, None
         with guarded("requests.record_body"):
+            if untap is not None:
+                untap()
             self._finish(error)
 
     def _finish(self, error: BaseException | None) -> None:
@@ -448,40 +489,25 @@ class _ReadState:
         self.close_pending = False
 
 
-def _unbound(raw: Any, name: str, raw_ref: weakref.ref[Any]) -> Callable[..., Any]:
-    """``raw.<name>`` as a callable that does not hold ``raw``.
-
-    The taps are set as attributes of ``raw`` itself, so a tap holding ``raw`` (or one of its
-    bound methods) would make every recorded response a reference cycle, garbage that only
-    the cyclic collector frees. The class's function is called with ``raw`` looked up through
-    a weak reference instead. A method already replaced on the instance is kept as it is.
-    """
-    own = getattr(raw, "__dict__", {}).get(name)
-    if own is not None:
-        return cast(Callable[..., Any], own)
-    function = getattr(type(raw), name)
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        return function(raw_ref(), *args, **kwargs)
-
-    return call
-
-
 def _tap_raw(raw: Any, recording: _ResponseRecording) -> None:
     """Route the body reads of this one urllib3 response through ``recording``.
 
     Only instance attributes are set: the class, other responses and the bytes the
     application receives stay exactly as they were. A ``close()`` that urllib3 makes inside
     a read (it does before raising a protocol error) is settled by that read, so the error is
-    recorded with the exchange. No tap holds ``raw`` strongly (see :func:`_unbound`).
+    recorded with the exchange.
+
+    The taps hold ``raw`` (they call its own methods), so while they are set ``raw`` is part
+    of a reference cycle. The recording removes them when it finishes, which gives ``raw``
+    back its own methods and lets reference counting free it; only a stream that is neither
+    read to its end nor closed is left to the cyclic collector (and recorded when collected).
     """
     state = _ReadState()
-    raw_ref = weakref.ref(raw)
 
     def settle(data: bytes | None, amt: Any) -> None:
         if data:
             recording.add(data)
-        if state.close_pending or (not data and amt != 0) or _exhausted(raw_ref()):
+        if state.close_pending or (not data and amt != 0) or _exhausted(raw):
             recording.finish()
 
     def reading(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -501,11 +527,7 @@ def _tap_raw(raw: Any, recording: _ResponseRecording) -> None:
 
         return read
 
-    original_chunked = (
-        _unbound(raw, "read_chunked", raw_ref)
-        if callable(getattr(raw, "read_chunked", None))
-        else None
-    )
+    original_chunked = raw.read_chunked if callable(getattr(raw, "read_chunked", None)) else None
 
     def read_chunked(*args: Any, **kwargs: Any) -> Iterator[bytes]:
         assert original_chunked is not None
@@ -529,7 +551,7 @@ def _tap_raw(raw: Any, recording: _ResponseRecording) -> None:
             pieces.close()  # the reader stopped early: close() or garbage collection finishes
         recording.finish()
 
-    original_close = _unbound(raw, "close", raw_ref)
+    original_close = raw.close
 
     def close() -> None:
         try:
@@ -540,11 +562,33 @@ def _tap_raw(raw: Any, recording: _ResponseRecording) -> None:
             else:
                 recording.finish()
 
-    raw.read = reading(_unbound(raw, "read", raw_ref))
+    taps: dict[str, Callable[..., Any]] = {"read": reading(raw.read)}
     if callable(getattr(raw, "read1", None)):
-        raw.read1 = reading(_unbound(raw, "read1", raw_ref))
+        taps["read1"] = reading(raw.read1)
     if original_chunked is not None:
-        raw.read_chunked = read_chunked
-    raw.close = close
+        taps["read_chunked"] = read_chunked
+    taps["close"] = close
+    own = vars(raw)
+    # What untap needs, without holding ``raw`` or the taps (the recording it is handed to
+    # must not keep the response alive): a weak reference and the taps' identities.
+    previous = {name: own[name] for name in taps if name in own}
+    tap_ids = {name: id(tap) for name, tap in taps.items()}
+    raw_ref = weakref.ref(raw)
+    own.update(taps)
+    del own
+
+    def untap() -> None:
+        target = raw_ref()
+        if target is None:
+            return
+        attributes = vars(target)
+        for name, tap_id in tap_ids.items():
+            if id(attributes.get(name)) == tap_id:
+                if name in previous:
+                    attributes[name] = previous[name]
+                else:
+                    del attributes[name]
+
+    recording.on_finish(untap)
     # A stream the application neither finishes nor closes is recorded when it is collected.
-    weakref.finalize(raw, recording.finish)
+    recording.watch(raw)

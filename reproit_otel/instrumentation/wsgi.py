@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from types import TracebackType
 from typing import Any
 
@@ -102,15 +103,35 @@ def inbound_from_environ(environ: dict[str, Any]) -> InboundRequest:
         name = _header_name(key)
         if name is not None and isinstance(value, str):
             headers[name] = value
-    body = decode_json_body(_read_body(environ), environ.get("CONTENT_TYPE"))
+    body = _read_body(environ)
     method = str(environ.get("REQUEST_METHOD") or "GET")
     path = _text(str(environ.get("SCRIPT_NAME") or "") + str(environ.get("PATH_INFO") or "")) or "/"
-    value = http_input(
-        body=body,
-        query=parse_query(str(environ.get("QUERY_STRING") or "")),
+    query = str(environ.get("QUERY_STRING") or "")
+    content_type = environ.get("CONTENT_TYPE")
+    return InboundRequest(
+        method=method,
+        path=path,
+        input={},
+        header=headers.get,
+        input_factory=partial(_canonical_input, body, content_type, query, headers),
+    )
+
+
+def _canonical_input(
+    body: bytes, content_type: Any, query: str, headers: dict[str, str]
+) -> dict[str, Any]:
+    """The canonical input (PROTOCOL 9.2) from what the request carried (built when wanted)."""
+    return http_input(
+        body=decode_json_body(body, content_type),
+        query=parse_query(query),
         headers=headers,
     )
-    return InboundRequest(method=method, path=path, input=value, header=headers.get)
+
+
+def _output(body: bytes, headers: list[tuple[str, str]]) -> Any:
+    """The operation's output: the decoded JSON response body, else ``None``."""
+    decoded = decode_json_body(body, _content_type(headers))
+    return None if decoded is UNSET else decoded
 
 
 def _status_code(status: str) -> int | None:
@@ -166,11 +187,11 @@ class _Exchange:
         if operation is None or self.status is None:
             return []
         status = _status_code(self.status)
-        output: Any = None
         if complete and body is not None:
-            decoded = decode_json_body(body, _content_type(self.headers))
-            output = None if decoded is UNSET else decoded
-        operation.finish(status, output)
+            # Decoded only if the operation's events are wanted (a failure, a scan request).
+            operation.finish(status, output_factory=partial(_output, body, self.headers))
+        else:
+            operation.finish(status, None)
         header = operation.header()
         return [] if header is None else [(EVENTS_HEADER, header)]
 

@@ -44,17 +44,20 @@ pushes are serialized so a recorder finishing an exchange on another thread is s
 
 Deferred events (the capture pipeline's fast path). In capture mode most operations succeed
 and are never uploaded, so building, bounding and redacting their events would be wasted
-work. Two internal entry points let the pipeline push an event whose *fields* are built later:
-``BackendTrace.begin(..., input_factory=f)`` (the ``start`` event's input is ``f()``) and
-:meth:`BackendTrace.defer_effect`. The event's place in the trace, its ``sequence``, ``at`` and
-``monoNs`` are taken at the push, exactly as an eager push takes them; its fields are built
-(and redacted) the first time anything reads the events (:attr:`~BackendTrace.events`,
-:meth:`~BackendTrace.header`) or the pipeline calls :meth:`~BackendTrace.materialize`, after
-which the trace is exactly the one eager pushes would have built. Every limit counts deferred
-events as events (256 in all), so a long operation holds at most 256 unbuilt events.
-:meth:`~BackendTrace.settled_events` lists the events built so far without building the rest.
-A deferred effect must never be an agent oracle marker (recorders' effects never are), so the
-``return`` event and any oracle marker are always among the settled events.
+work. Three internal entry points let the pipeline push an event whose *fields* are built
+later: ``BackendTrace.begin(..., input_factory=f)`` (the ``start`` event's input is ``f()``),
+:meth:`BackendTrace.defer_effect`, and ``finish(..., output_factory=f)`` (the ``return`` event
+is pushed at once, its ``output`` is ``f()`` once built). The event's place in the trace, its
+``sequence``, ``at`` and ``monoNs`` are taken at the push, exactly as an eager push takes
+them; its fields are built (and redacted) the first time anything reads the events
+(:attr:`~BackendTrace.events`, :meth:`~BackendTrace.header`) or the pipeline calls
+:meth:`~BackendTrace.materialize`, after which the trace is exactly the one eager pushes
+would have built. Every limit counts deferred events as events (256 in all), so a long
+operation holds at most 256 unbuilt events.
+:meth:`~BackendTrace.settled_events` lists the events built so far without building the rest
+(there, a ``return`` event whose output is still deferred shows ``output: null``). A deferred
+effect must never be an agent oracle marker (recorders' effects never are), so the ``return``
+event and any oracle marker are always among the settled events.
 """
 
 from __future__ import annotations
@@ -379,6 +382,7 @@ class BackendTrace:
         self._common: dict[str, Any] = dict(common)
         self._events: list[TraceEvent | _Deferred] = []
         self._deferred = 0
+        self._pending_output: tuple[TraceEvent, Callable[[], Any]] | None = None
         self._finished = False
         self._lock = threading.Lock()
         self._capture_envelope = capture_envelope
@@ -604,6 +608,8 @@ class BackendTrace:
         status: Any = UNSET,
         success: Any = UNSET,
         effects_complete: Any = UNSET,
+        *,
+        output_factory: Callable[[], Any] | None = None,
     ) -> None:
         """Push the ``return`` event and mark the trace finished (PROTOCOL 2.4).
 
@@ -619,7 +625,11 @@ class BackendTrace:
             fields["status"] = status
         fields["success"] = success is True
         fields["effectsComplete"] = effects_complete is True
-        self._push("return", fields)
+        event = self._push("return", fields)
+        if output_factory is not None:
+            with self._lock:
+                self._pending_output = (event, output_factory)
+                self._deferred += 1
         self._finished = True
 
     def header(self) -> str:
@@ -635,7 +645,7 @@ class BackendTrace:
             raise TraceError("HeaderTooLarge")
         return encoded.decode("ascii")
 
-    def _push(self, kind: str, fields: Mapping[str, Any]) -> None:
+    def _push(self, kind: str, fields: Mapping[str, Any]) -> TraceEvent:
         with self._lock:
             if len(self._events) >= MAX_EVENTS:
                 raise TraceError("TooManyEvents")
@@ -647,6 +657,7 @@ class BackendTrace:
                 event["at"] = self._wall_ms()
                 event["monoNs"] = self._mono_ns() - self._origin_ns
             self._events.append(event)
+            return event
 
     def _defer(self, kind: str, build: Callable[[], Mapping[str, Any] | None]) -> None:
         """Push ``kind`` now (place, sequence, stamps); its fields come from ``build()`` later."""
@@ -684,6 +695,11 @@ class BackendTrace:
                 event["at"] = entry.at
                 event["monoNs"] = entry.mono_ns
             built.append(event)
+        pending = self._pending_output
+        if pending is not None:
+            returned, factory = pending
+            returned["output"] = redact(factory())  # same key, so the same place
+            self._pending_output = None
         self._events = built
         self._deferred = 0
 
