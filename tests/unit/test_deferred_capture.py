@@ -234,3 +234,49 @@ def test_an_unrecordable_exchange_found_at_the_finish_makes_effects_incomplete(
     assert rig.uploader.stats()["ineligible"] == {"effects-incomplete": 1}
     reasons = rig.processor.stats()["incomplete_reasons"]
     assert reasons == {"psycopg2: a value with no encoding": 1}
+
+
+def test_a_healthy_request_and_its_operation_leave_no_reference_cycle(rig: Rig) -> None:
+    """The request, its operation, its trace and the deferred builders hold no cycle: they
+    are freed by reference counting, not left to the cyclic collector on every request."""
+    import gc
+
+    from reproit_otel.inbound import InboundRequest, inbound_scope
+
+    def one() -> None:
+        inbound = InboundRequest(
+            "GET", "/x", {}, lambda name: None, input_factory=lambda: {"query": {"a": "1"}}
+        )
+        with (
+            inbound_scope(inbound),
+            rig.tracer.start_as_current_span("GET /x", kind=SpanKind.SERVER),
+        ):
+            with rig.tracer.start_as_current_span("GET", kind=SpanKind.CLIENT):
+                recorder = recording.start_exchange("requests")
+                assert recorder is not None
+                recorder.finish_deferred("call", lambda: ("api", "GET /a", {"protocol": "http"}))
+            assert inbound.operation is not None
+            inbound.operation.finish(200, output_factory=lambda: {"ok": True})
+
+    one()
+    rig.sink.traces.clear()
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for _ in range(3):
+            one()
+        rig.sink.traces.clear()
+        gc.collect()
+        ours = sorted(
+            {
+                type(thing).__module__ + "." + type(thing).__qualname__
+                for thing in gc.garbage
+                if type(thing).__module__.startswith("reproit_otel")
+            }
+        )
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert ours == []
