@@ -383,9 +383,11 @@ class Operation:
             if self.trace.deferred_count and wanted:
                 self.trace.materialize()
                 self._take_build_failures_locked()
-            for reason in self.open_dependency_reasons():
+            still_open = self.open_dependency_reasons()
+            for reason in still_open:
                 self._reason_locked(reason)
-            complete = self.effects_complete()
+            # effects_complete(), without listing the open spans a second time.
+            complete = not self._effects_never and not self.reasons and not still_open
             self.status = status
             secrets = self._secrets()
             deferred_output: Callable[[], Any] | None = None

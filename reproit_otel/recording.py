@@ -141,7 +141,7 @@ class ExchangeRecorder:
     Both are safe to call from any thread and never raise.
     """
 
-    __slots__ = ("_done", "_handle", "_lock", "_owner", "library")
+    __slots__ = ("_done", "_finish_where", "_handle", "_lock", "_owner", "library")
 
     def __init__(self, owner: ExchangeOwner, handle: object, library: str) -> None:
         self._owner = owner
@@ -149,6 +149,7 @@ class ExchangeRecorder:
         self._lock = threading.Lock()
         self._done = False
         self.library = library
+        self._finish_where = f"recording.finish[{library}]"
 
     @property
     def done(self) -> bool:
@@ -178,7 +179,7 @@ class ExchangeRecorder:
         """
         if not self._claim():
             return
-        with guarded(f"recording.finish[{self.library}]"):
+        with guarded(self._finish_where):
             if effect not in EFFECT_KINDS:
                 self._owner.exchange_failed(
                     self._handle, f"{self.library}: unknown effect kind {effect!r}"
@@ -194,7 +195,7 @@ class ExchangeRecorder:
         """
         if not self._claim():
             return
-        with guarded(f"recording.finish[{self.library}]"):
+        with guarded(self._finish_where):
             if effect not in EFFECT_KINDS:
                 self._owner.exchange_failed(
                     self._handle, f"{self.library}: unknown effect kind {effect!r}"
