@@ -1,0 +1,148 @@
+"""What capture costs in process, without a WSGI server: ``python -m benchmarks.capture_path``.
+
+The overhead benchmark measures requests through gunicorn and a socket, where the machine's
+noise is several times the cost of capture. This one calls the same Flask service
+(``benchmarks/_service.py``: one ``requests`` call to a loopback upstream, one psycopg2 query)
+as a WSGI application directly, in one fresh process per shape, so only the work inside the
+process is timed. Shapes alternate over several passes; each pass runs 5 rounds of N requests
+(after 300 warm-up requests) and keeps the median of each round.
+
+Reported per shape: the smallest and the median of the round medians (µs per request), and
+the cost of ``reproit-on`` (capture configured, healthy requests) and ``reproit-off`` over
+``otel``. With ``--gc`` the child also reports how often the cyclic garbage collector ran and
+its mean time per request. Prints only; writes nothing.
+
+``--child SHAPE N`` is the child's own entry point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import subprocess
+import time
+from typing import Any
+
+from benchmarks._common import PYTHON, ROOT, Child, clean_environment, postgres, prepare_table
+
+SHAPES = ("otel", "reproit-off", "reproit-on")
+
+
+def _child(shape: str, count: int, gc_stats: bool) -> dict[str, Any]:
+    if shape == "reproit-on":
+        os.environ.update(
+            {
+                "REPROIT_ENDPOINT": "http://127.0.0.1:9/v1/capture-batches",
+                "REPROIT_API_KEY": "bench-key",
+                "REPROIT_APP_ID": "bench",
+            }
+        )
+    os.environ["BENCH_SHAPE"] = "otel" if shape == "otel" else "reproit"
+    from werkzeug.test import EnvironBuilder
+
+    from benchmarks._service import app
+
+    base = EnvironBuilder(path="/order", headers=[("User-Agent", "bench")]).get_environ()
+
+    def one(index: int) -> None:
+        environ = dict(base, QUERY_STRING=f"id={index % 100 + 1}")
+        environ["wsgi.input"] = io.BytesIO(b"")
+        statuses: list[str] = []
+
+        def start_response(status: str, headers: Any, exc_info: Any = None) -> Any:
+            statuses.append(status)
+            return lambda data: None
+
+        body = app(environ, start_response)
+        b"".join(body)
+        close = getattr(body, "close", None)
+        if close is not None:
+            close()
+        if not statuses or not statuses[0].startswith("200"):
+            raise SystemExit(f"unexpected answer {statuses!r}")
+
+    for index in range(300):
+        one(index)
+    collections = [0, 0, 0]
+    paused = [0.0, 0.0]
+
+    def watch(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            paused[1] = time.perf_counter()
+        else:
+            collections[info["generation"]] += 1
+            paused[0] += time.perf_counter() - paused[1]
+
+    if gc_stats:
+        import gc
+
+        gc.callbacks.append(watch)
+    rounds = []
+    for _ in range(5):
+        timings = []
+        for index in range(count):
+            started = time.perf_counter_ns()
+            one(index)
+            timings.append((time.perf_counter_ns() - started) / 1000)
+        rounds.append(statistics.median(timings))
+    result: dict[str, Any] = {"shape": shape, "round_medians_us": rounds}
+    if gc_stats:
+        result["gc_collections"] = collections
+        result["gc_us_per_request"] = round(paused[0] / (5 * count) * 1e6, 1)
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=1000, help="per round")
+    parser.add_argument("--gc", action="store_true", help="report garbage collector activity")
+    parser.add_argument("--child", nargs=2, metavar=("SHAPE", "N"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(_child(args.child[0], int(args.child[1]), args.gc)))
+        return
+    upstream = Child("benchmarks._upstream")
+    results: dict[str, list[float]] = {shape: [] for shape in SHAPES}
+    try:
+        with postgres() as dsn:
+            prepare_table(dsn)
+            env = {
+                **clean_environment(),
+                "BENCH_UPSTREAM": f"http://127.0.0.1:{upstream.port}",
+                "BENCH_PG_DSN": dsn,
+            }
+            for number in range(args.passes):
+                for shape in SHAPES:
+                    command = [PYTHON, "-m", "benchmarks.capture_path"]
+                    command += ["--child", shape, str(args.requests)]
+                    command += ["--gc"] if args.gc else []
+                    output = subprocess.run(
+                        command, cwd=ROOT, env=env, check=True, capture_output=True, text=True
+                    ).stdout
+                    document = json.loads(output.strip().splitlines()[-1])
+                    results[shape].extend(document["round_medians_us"])
+                    extra = ""
+                    if args.gc:
+                        extra = (
+                            f"  gc runs {document['gc_collections']},"
+                            f" {document['gc_us_per_request']} µs/request"
+                        )
+                    rounds = " ".join(f"{value:.0f}" for value in document["round_medians_us"])
+                    print(f"pass {number + 1} {shape:<12} {rounds}{extra}")
+    finally:
+        upstream.stop()
+    print(f"{'shape':<12}{'min µs':>10}{'median µs':>12}")
+    for shape, values in results.items():
+        print(f"{shape:<12}{min(values):>10.0f}{statistics.median(values):>12.0f}")
+    for shape in ("reproit-off", "reproit-on"):
+        low = min(results[shape]) - min(results["otel"])
+        middle = statistics.median(results[shape]) - statistics.median(results["otel"])
+        print(f"{shape} over otel: {low:+.0f} µs (min), {middle:+.0f} µs (median)")
+
+
+if __name__ == "__main__":
+    main()
