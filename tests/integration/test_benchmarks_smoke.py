@@ -84,3 +84,20 @@ def test_outage_quick(tmp_path: Path, postgres_dsn: str) -> None:
     for result in document["memory"].values():
         assert result["unexpected_statuses"] == 0
         assert [s["requests"] for s in result["samples"]] == list(range(0, 401, 100))
+
+
+def test_capture_path_smoke() -> None:
+    # The in-process benchmark prints a table instead of writing files: check that it runs
+    # every shape and reports reproit's cost over OpenTelemetry (no figure is asserted).
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.capture_path", "--passes", "1", "--requests", "20"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    for shape in ("otel", "reproit-off", "reproit-on"):
+        assert any(line.startswith(shape + " ") for line in done.stdout.splitlines()), shape
+    assert "reproit-on over otel:" in done.stdout

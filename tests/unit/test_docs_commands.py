@@ -167,6 +167,7 @@ RUN_BY: dict[str, str] = {
     + " (the line as the page prints it for the demo's --replay-exec)",
     # docs/performance.md
     ".venv/bin/python -m benchmarks.overhead": f"{BENCH}::test_overhead_quick{BENCH_NOTE}",
+    ".venv/bin/python -m benchmarks.capture_path": f"{BENCH}::test_capture_path_smoke",
     ".venv/bin/python -m benchmarks.replay": f"{BENCH}::test_replay_quick{BENCH_NOTE}",
     ".venv/bin/python -m benchmarks.outage": f"{BENCH}::test_outage_quick{BENCH_NOTE}",
     # examples/shop/README.md, examples/shop_fastapi/README.md
