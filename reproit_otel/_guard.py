@@ -18,6 +18,11 @@ Usage::
 
     value = guard_call("wsgi.input", build_input, environ, default=None)
 
+    try:                      # the cheapest form, for hooks on every request's path
+        ...
+    except Exception as exc:
+        absorb("requests.send", exc)
+
 Only :class:`Exception` is caught: ``KeyboardInterrupt`` and ``SystemExit`` always propagate.
 Log lines are rate limited per ``where`` (the first 10, then every 1000th) so a defect on a hot
 path cannot flood the application's logs; :func:`internal_errors` counts every one.
@@ -33,7 +38,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TypeVar
 
-__all__ = ["STRICT_ENV", "guard_call", "guarded", "internal_errors", "is_strict"]
+__all__ = ["STRICT_ENV", "absorb", "guard_call", "guarded", "internal_errors", "is_strict"]
 
 STRICT_ENV = "REPROIT_STRICT_INTERNAL"
 """Set to ``1`` to make :func:`guarded` re-raise instead of swallowing (the test suite does)."""
@@ -70,6 +75,17 @@ def _note(where: str, exc: BaseException) -> None:
             count,
             exc_info=(type(exc), exc, exc.__traceback__),
         )
+
+
+def absorb(where: str, exc: Exception) -> None:
+    """What :class:`guarded` does with ``exc``, for an ``except Exception`` block of a hot path.
+
+    Logs and counts it under ``where``; re-raises it when internal defects must propagate. A
+    ``try``/``except`` costs nothing while no exception is raised, unlike entering a guard.
+    """
+    _note(where, exc)
+    if is_strict():
+        raise exc
 
 
 class guarded(contextlib.ContextDecorator):  # reads as a function at call sites
