@@ -34,7 +34,9 @@ __all__ = [
     "decode_json_body",
     "inbound_scope",
     "parse_query",
+    "publish_inbound",
     "single_or_list",
+    "withdraw_inbound",
 ]
 
 MAX_INBOUND_BODY = 65536
@@ -82,6 +84,23 @@ def current_inbound() -> InboundRequest | None:
     return _current.get()
 
 
+def publish_inbound(request: InboundRequest) -> contextvars.Token[InboundRequest | None]:
+    """Make ``request`` the current inbound request; give the token to :func:`withdraw_inbound`.
+
+    The two halves of :class:`inbound_scope`, for a middleware's hot path.
+    """
+    return _current.set(request)
+
+
+def withdraw_inbound(token: contextvars.Token[InboundRequest | None]) -> None:
+    """Undo :func:`publish_inbound`."""
+    try:
+        _current.reset(token)
+    except ValueError:
+        # Reset from another context (a generator resumed elsewhere): clear instead.
+        _current.set(None)
+
+
 class inbound_scope:  # a context manager named like a function at its call sites
     """Publish ``request`` as the current inbound request inside a ``with`` block."""
 
@@ -90,16 +109,12 @@ class inbound_scope:  # a context manager named like a function at its call site
         self._token: contextvars.Token[InboundRequest | None] | None = None
 
     def __enter__(self) -> InboundRequest:
-        self._token = _current.set(self._request)
+        self._token = publish_inbound(self._request)
         return self._request
 
     def __exit__(self, *exc: object) -> None:
         if self._token is not None:
-            try:
-                _current.reset(self._token)
-            except ValueError:
-                # Reset from another context (a generator resumed elsewhere): clear instead.
-                _current.set(None)
+            withdraw_inbound(self._token)
             self._token = None
 
 

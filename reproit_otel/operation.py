@@ -43,7 +43,6 @@ import functools
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from reproit_otel._guard import guarded
@@ -79,29 +78,57 @@ class ExchangeState(enum.Enum):
     FAILED = "failed"
 
 
-@dataclass
+_library_names: dict[str, str] = {}
+_LIBRARY_PREFIX = "opentelemetry.instrumentation."
+_MAX_LIBRARY_NAMES = 256
+
+
+def library_of(scope: Any) -> str:
+    """The library an instrumentation scope names (``opentelemetry.instrumentation.`` cut)."""
+    name = getattr(scope, "name", None) or "unknown"
+    library = _library_names.get(name)
+    if library is None:
+        library = name[len(_LIBRARY_PREFIX) :] if name.startswith(_LIBRARY_PREFIX) else name
+        if len(_library_names) < _MAX_LIBRARY_NAMES:
+            _library_names[name] = library
+    return library
+
+
 class SpanRecord:
     """What the processor keeps about one span of an operation."""
 
-    span_id: int
-    parent_id: int | None
-    name: str
-    library: str
-    dependency: bool
-    exchange: ExchangeState = ExchangeState.NONE
-    ended: bool = False
+    __slots__ = ("dependency", "ended", "exchange", "name", "parent_id", "scope", "span_id")
+
+    def __init__(
+        self, span_id: int, parent_id: int | None, name: str, scope: Any, dependency: bool
+    ) -> None:
+        self.span_id = span_id
+        self.parent_id = parent_id
+        self.name = name
+        self.scope = scope
+        """The span's instrumentation scope; its library is worked out only for a reason."""
+        self.dependency = dependency
+        self.exchange = ExchangeState.NONE
+        self.ended = False
+
+    @property
+    def library(self) -> str:
+        """The instrumentation library that made the span (``requests``, ``httpx``...)."""
+        return library_of(self.scope)
 
 
-@dataclass
 class ExchangeBinding:
     """The handle an :class:`~reproit_otel.recording.ExchangeRecorder` reports with."""
 
-    operation: Operation
-    span_id: int | None
-    """The span that was current when the exchange started (None: not a span of ours)."""
-    target: int | None
-    """The dependency span this exchange covers, if any."""
-    state: ExchangeState = ExchangeState.PENDING
+    __slots__ = ("operation", "span_id", "state", "target")
+
+    def __init__(self, operation: Operation, span_id: int | None, target: int | None) -> None:
+        self.operation = operation
+        self.span_id = span_id
+        """The span that was current when the exchange started (None: not a span of ours)."""
+        self.target = target
+        """The dependency span this exchange covers, if any."""
+        self.state = ExchangeState.PENDING
 
 
 class Operation:
@@ -130,6 +157,9 @@ class Operation:
         self.reasons: list[str] = []
         self.pending = 0
         self.recorded_exchanges = 0
+        # Counters the processor adds to its own when it lets go of the operation (one lock
+        # per operation instead of one per exchange); see take_tally().
+        self._started = self._recorded = self._lost = self._failed = 0
         self.late = False
         self.finished = False
         self.span_ended = False
@@ -181,14 +211,19 @@ class Operation:
             seen += 1
         return None
 
-    def end_span(self, span_id: int, *, dependency: bool) -> None:
-        """A span of this operation ended; an uncovered dependency span makes it incomplete."""
+    def end_span(self, span_id: int, *, dependency: bool | Callable[[], bool]) -> None:
+        """A span of this operation ended; an uncovered dependency span makes it incomplete.
+
+        ``dependency`` says whether the span is one now (its attributes may have changed since
+        it started); a callable is asked only when the span was not a dependency at its start.
+        """
         with self._lock:
             record = self.spans.get(span_id)
             if record is None:
                 return
             record.ended = True
-            record.dependency = record.dependency or dependency
+            if not record.dependency:
+                record.dependency = dependency() if callable(dependency) else dependency
             if not record.dependency or self._covered(record):
                 return
             if record.exchange is ExchangeState.FAILED:
@@ -211,6 +246,7 @@ class Operation:
             if target is not None and target.exchange is ExchangeState.NONE:
                 target.exchange = ExchangeState.PENDING
             self.pending += 1
+            self._started += 1
             if self.finished:
                 self._late_locked("an exchange started after the response")
             return binding
@@ -248,6 +284,7 @@ class Operation:
             resource = None if resource is None else scrub_secret_values(resource, secrets)
             key = None if key is None else scrub_secret_values(key, secrets)
         with self._lock:
+            self._lost += 1  # until it is recorded
             if not self._settle(binding, ExchangeState.DONE):
                 return
             if self.finished or self.evicted:
@@ -263,14 +300,14 @@ class Operation:
             except TraceError as exc:
                 self._reason_locked(f"exchange not recorded: {exc.code}")
                 return
-            self.recorded_exchanges += 1
+            self._recorded_locked()
 
     def exchange_deferred(
         self, binding: ExchangeBinding, effect: str, build: DeferredExchange, library: str
     ) -> None:
         """Push the exchange ``build()`` gives, built now (scan) or when wanted (capture)."""
-        secrets = self._secrets()
         with self._lock:
+            self._lost += 1  # until it is recorded
             if not self._settle(binding, ExchangeState.DONE):
                 return
             if self.finished or self.evicted:
@@ -278,7 +315,7 @@ class Operation:
                 return
             try:
                 if self.scan:
-                    built = _build(build, library, secrets, self._build_failures)
+                    built = _build(build, library, self._secrets(), self._build_failures)
                     if built is None:
                         self._take_build_failures_locked()
                         return
@@ -291,15 +328,35 @@ class Operation:
                     )
                 else:
                     # The builder must not hold the operation: the trace would then be part of
-                    # a reference cycle, left to the cyclic garbage collector.
+                    # a reference cycle, left to the cyclic garbage collector. Secret values
+                    # are read when it runs (registered ones included), as for the output.
                     self.trace.defer_effect(
                         effect,
-                        functools.partial(_build, build, library, secrets, self._build_failures),
+                        functools.partial(
+                            _build, build, library, self._secrets, self._build_failures
+                        ),
                     )
             except TraceError as exc:
                 self._reason_locked(f"exchange not recorded: {exc.code}")
                 return
-            self.recorded_exchanges += 1
+            self._recorded_locked()
+
+    def _recorded_locked(self) -> None:
+        self.recorded_exchanges += 1
+        self._recorded += 1
+        self._lost -= 1
+
+    def take_tally(self) -> dict[str, int]:
+        """The exchange counters since the last call (the processor adds them to its own)."""
+        with self._lock:
+            tally = {
+                "exchanges_started": self._started,
+                "exchanges_recorded": self._recorded,
+                "exchanges_lost": self._lost,
+                "exchanges_failed": self._failed,
+            }
+            self._started = self._recorded = self._lost = self._failed = 0
+            return {name: count for name, count in tally.items() if count}
 
     def _take_build_failures_locked(self) -> None:
         while self._build_failures:
@@ -309,11 +366,14 @@ class Operation:
         """Whether a capture finishing with ``status`` may be uploaded (its events are built)."""
         if status is not None and status >= 500:
             return True
+        if not self.trace.may_hold_oracle_marker:
+            return False
         return marked_oracle(self.trace.settled_events()) is not None
 
     def exchange_failed(self, binding: ExchangeBinding, reason: str) -> None:
         """The exchange could not be recorded; effects become incomplete with ``reason``."""
         with self._lock:
+            self._failed += 1
             if not self._settle(binding, ExchangeState.FAILED):
                 return
             if self.finished:
@@ -344,21 +404,24 @@ class Operation:
     def open_dependency_reasons(self) -> list[str]:
         """Reasons from dependency spans still open (or exchanges pending) right now."""
         with self._lock:
-            reasons = [
-                f"{record.library}: {record.name} still running at the response"
-                for record in self.spans.values()
-                if record.dependency and not record.ended
-            ]
-            if self.pending:
-                reasons.append(f"{self.pending} exchange(s) unfinished at the response")
-            return reasons
+            return self._open_dependency_reasons_locked()
+
+    def _open_dependency_reasons_locked(self) -> list[str]:
+        reasons = [
+            f"{record.library}: {record.name} still running at the response"
+            for record in self.spans.values()
+            if record.dependency and not record.ended
+        ]
+        if self.pending:
+            reasons.append(f"{self.pending} exchange(s) unfinished at the response")
+        return reasons
 
     def effects_complete(self) -> bool:
         """D4: every dependency span covered, nothing failed or pending, mode is not never."""
         with self._lock:
             if self._effects_never:
                 return False
-            return not self.reasons and not self.open_dependency_reasons()
+            return not self.reasons and not self._open_dependency_reasons_locked()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -380,24 +443,25 @@ class Operation:
             if self.finished or self.evicted:
                 return
             wanted = self.scan or self._wanted(status)
-            if self.trace.deferred_count and wanted:
+            if wanted and self.trace.deferred_count:
                 self.trace.materialize()
                 self._take_build_failures_locked()
-            still_open = self.open_dependency_reasons()
+            still_open = self._open_dependency_reasons_locked()
             for reason in still_open:
                 self._reason_locked(reason)
             # effects_complete(), without listing the open spans a second time.
             complete = not self._effects_never and not self.reasons and not still_open
             self.status = status
-            secrets = self._secrets()
             deferred_output: Callable[[], Any] | None = None
             if output_factory is not None:
                 if wanted:
-                    output = _guarded_output(output_factory, secrets)()
+                    output = _guarded_output(output_factory, self._secrets)()
                 else:
-                    deferred_output = _guarded_output(output_factory, secrets)
-            elif secrets and output is not None:
-                output = scrub_value(output, secrets)
+                    deferred_output = _guarded_output(output_factory, self._secrets)
+            elif output is not None:
+                secrets = self._secrets()
+                if secrets:
+                    output = scrub_value(output, secrets)
             try:
                 self.trace.finish(
                     output,
@@ -430,9 +494,13 @@ class Operation:
 
 
 def _build(
-    build: DeferredExchange, library: str, secrets: tuple[str, ...], failures: list[str]
+    build: DeferredExchange,
+    library: str,
+    secrets: tuple[str, ...] | Callable[[], tuple[str, ...]],
+    failures: list[str],
 ) -> tuple[Any, Any, Any] | None:
-    """Build a deferred exchange, scrubbed with ``secrets``; None when it cannot be.
+    """Build a deferred exchange, scrubbed with ``secrets`` (or what calling it gives); None
+    when it cannot be.
 
     The reason goes to ``failures`` (the operation's list; ``list.append`` is atomic, so no
     lock is taken: this may run on any thread that reads the events).
@@ -444,6 +512,8 @@ def _build(
         except Unrecordable as error:
             failure = f"{library}: {error.reason}"
         else:
+            if callable(secrets):
+                secrets = secrets()
             if secrets:
                 exchange = scrub_value(exchange, secrets)
                 resource = None if resource is None else scrub_secret_values(resource, secrets)
@@ -457,13 +527,18 @@ def _build(
     return None
 
 
-def _guarded_output(factory: Callable[[], Any], secrets: tuple[str, ...]) -> Callable[[], Any]:
-    """The operation's output from ``factory``, scrubbed of ``secrets``; ``None`` on a defect."""
+def _guarded_output(
+    factory: Callable[[], Any], secrets: Callable[[], tuple[str, ...]]
+) -> Callable[[], Any]:
+    """The operation's output from ``factory``, scrubbed of ``secrets()``; ``None`` on a defect."""
 
     def output() -> Any:
         with guarded("operation.output"):
             value = factory()
-            return scrub_value(value, secrets) if secrets and value is not None else value
+            if value is None:
+                return None
+            values = secrets()
+            return scrub_value(value, values) if values else value
         return None
 
     return output

@@ -37,7 +37,6 @@ import itertools
 import logging
 import os
 import re
-import secrets
 import tempfile
 import threading
 import time
@@ -45,24 +44,30 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 from urllib.parse import parse_qs
 
-from opentelemetry import trace as otel_trace
+from opentelemetry import context as otel_context
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import SpanKind
+from opentelemetry.trace.propagation import _SPAN_KEY as _otel_span_key
 
 from reproit_otel import recording
-from reproit_otel._guard import guarded
+from reproit_otel._guard import absorb, guarded
 from reproit_otel.config import EffectsCompleteMode, ReproitConfig, load_config
 from reproit_otel.errors import TraceError
 from reproit_otel.inbound import InboundRequest, current_inbound, single_or_list
-from reproit_otel.operation import ExchangeBinding, Operation, SpanRecord
+from reproit_otel.operation import ExchangeBinding, Operation, SpanRecord, library_of
 from reproit_otel.wire.canonical import canonical_json_bytes
 from reproit_otel.wire.inputs import http_input
 from reproit_otel.wire.redaction import scrub_value
-from reproit_otel.wire.trace import BackendTrace, TraceContext, trace_context_from_headers
+from reproit_otel.wire.trace import (
+    BackendTrace,
+    CaptureContext,
+    TraceContext,
+    trace_context_from_headers,
+)
 
 __all__ = [
     "MAX_OPERATIONS",
@@ -84,7 +89,11 @@ SCAN_TOKEN_HEADER = "x-reproit-scan-token"
 _TRACE_HEADER = "x-reproit-trace"
 _MAX_REASON_KEYS = 256
 _DB_ATTRIBUTES = ("db.system", "db.system.name")
-_LIBRARY_PREFIX = re.compile(r"^opentelemetry\.instrumentation\.")
+# The context keys of the current span and of suppressed instrumentation: the current context is
+# a dict, so one lookup of it answers both questions (``trace.get_current_span()`` and
+# ``context.get_value()`` each look the context up again).
+_SPAN_KEY: str = _otel_span_key
+_SUPPRESS_KEY: str = otel_context._SUPPRESS_INSTRUMENTATION_KEY
 
 
 class OperationSink(Protocol):
@@ -116,18 +125,8 @@ class DebugDumpSink:
             os.replace(temporary, self.directory / name)
 
 
-_library_names: dict[str, str] = {}
-
-
 def _library(span: ReadableSpan) -> str:
-    scope = span.instrumentation_scope
-    name = scope.name if scope is not None and scope.name else "unknown"
-    library = _library_names.get(name)
-    if library is None:
-        library = _LIBRARY_PREFIX.sub("", name)
-        if len(_library_names) < _MAX_REASON_KEYS:
-            _library_names[name] = library
-    return library
+    return library_of(span.instrumentation_scope)
 
 
 def _is_dependency(span: ReadableSpan) -> bool:
@@ -210,15 +209,19 @@ class ReproitSpanProcessor(SpanProcessor):
         """Begin an operation at a local-root SERVER span; track spans under an operation."""
         if self._shutdown:
             return
-        with guarded("processor.on_start"):
+        try:
             self._on_start(span)
+        except Exception as exc:
+            absorb("processor.on_start", exc)
 
     def on_end(self, span: ReadableSpan) -> None:
         """Settle a span's coverage; hand off an operation whose server span ended."""
-        if self._shutdown:
+        if self._shutdown or not self._spans:
             return
-        with guarded("processor.on_end"):
+        try:
             self._on_end(span)
+        except Exception as exc:
+            absorb("processor.on_end", exc)
 
     def shutdown(self) -> None:
         """Stop recording (may be called twice) and close the sinks (``close``/``shutdown``)."""
@@ -248,6 +251,10 @@ class ReproitSpanProcessor(SpanProcessor):
         """True while an operation is being recorded (the recorders' cheap check)."""
         return bool(self._operations) and not self._shutdown
 
+    def begins_operations(self) -> bool:
+        """Whether a server request may begin an operation (capture on, or scan mode)."""
+        return (self.capture or self.config.scan) and not self._shutdown
+
     def start_exchange(self, library: str) -> recording.ExchangeRecorder | None:
         """Bind a new exchange to the current span's operation (or None: nothing records)."""
         if self._shutdown or not self._operations:
@@ -257,8 +264,6 @@ class ReproitSpanProcessor(SpanProcessor):
             return None
         binding = operation.bind_exchange(span_id)
         _open_binding.binding = binding
-        with self._lock:
-            self._stats["exchanges_started"] += 1
         return recording.ExchangeRecorder(self, binding, library)
 
     def mark_incomplete(self, reason: str) -> None:
@@ -276,39 +281,53 @@ class ReproitSpanProcessor(SpanProcessor):
         exchange: dict[str, Any],
     ) -> None:
         """Called by :class:`~reproit_otel.recording.ExchangeRecorder.finish`."""
-        binding = cast(ExchangeBinding, handle)
-        before = binding.operation.recorded_exchanges
-        binding.operation.exchange_finished(binding, effect, resource, key, exchange)
-        recorded = binding.operation.recorded_exchanges > before
-        with self._lock:
-            self._stats["exchanges_recorded" if recorded else "exchanges_lost"] += 1
+        binding: ExchangeBinding = handle  # type: ignore[assignment]
+        operation = binding.operation
+        operation.exchange_finished(binding, effect, resource, key, exchange)
+        if operation.handed_off or operation.evicted:
+            self._take_tally(operation)
 
     def exchange_deferred(
         self, handle: object, effect: str, build: recording.DeferredExchange, library: str
     ) -> None:
         """Called by :meth:`~reproit_otel.recording.ExchangeRecorder.finish_deferred`."""
-        binding = cast(ExchangeBinding, handle)
-        before = binding.operation.recorded_exchanges
-        binding.operation.exchange_deferred(binding, effect, build, library)
-        recorded = binding.operation.recorded_exchanges > before
-        with self._lock:
-            self._stats["exchanges_recorded" if recorded else "exchanges_lost"] += 1
+        binding: ExchangeBinding = handle  # type: ignore[assignment]
+        operation = binding.operation
+        operation.exchange_deferred(binding, effect, build, library)
+        if operation.handed_off or operation.evicted:
+            self._take_tally(operation)
 
     def exchange_failed(self, handle: object, reason: str) -> None:
         """Called by :class:`~reproit_otel.recording.ExchangeRecorder.fail`."""
-        binding = cast(ExchangeBinding, handle)
-        binding.operation.exchange_failed(binding, reason)
-        with self._lock:
-            self._stats["exchanges_failed"] += 1
+        binding: ExchangeBinding = handle  # type: ignore[assignment]
+        operation = binding.operation
+        operation.exchange_failed(binding, reason)
+        if operation.handed_off or operation.evicted:
+            self._take_tally(operation)
 
     # -- internals --------------------------------------------------------------------------
 
+    def _take_tally(self, operation: Operation) -> None:
+        """Add what ``operation`` counted since the last call to the statistics."""
+        tally = operation.take_tally()
+        if tally:
+            with self._lock:
+                self._add_locked(tally)
+
+    def _add_locked(self, tally: dict[str, int]) -> None:
+        stats = self._stats
+        for name, count in tally.items():
+            stats[name] += count
+
     def _current_operation(self) -> tuple[Operation | None, int | None]:
-        context = otel_trace.get_current_span().get_span_context()
-        if context.is_valid:
-            operation = self._spans.get((context.trace_id, context.span_id))
+        context = otel_context.get_current()
+        span: Any = context.get(_SPAN_KEY)
+        if span is not None:
+            span_context = span.get_span_context()
+            span_id = span_context.span_id
+            operation = self._spans.get((span_context.trace_id, span_id))
             if operation is not None and not operation.evicted:
-                return operation, context.span_id
+                return operation, span_id
         # Not a span of ours (another provider, a non-recording span): the request's operation.
         inbound = current_inbound()
         if inbound is not None and inbound.operation is not None:
@@ -318,31 +337,35 @@ class ReproitSpanProcessor(SpanProcessor):
         return None, None
 
     def _on_start(self, span: Span) -> None:
-        context = span.get_span_context()
-        if context is None:
-            return
         parent = span.parent
-        trace_id, span_id = context.trace_id, context.span_id
         if parent is not None and not parent.is_remote:
-            operation = self._spans.get((trace_id, parent.span_id))
+            if not self._spans:
+                return  # nothing is being recorded
+            context = span.get_span_context()
+            trace_id = context.trace_id
+            parent_id = parent.span_id
+            operation = self._spans.get((trace_id, parent_id))
             if operation is None or operation.evicted:
                 return
+            span_id = context.span_id
             dependency = _is_dependency(span)
-            record = SpanRecord(span_id, parent.span_id, span.name, _library(span), dependency)
+            record = SpanRecord(
+                span_id, parent_id, span.name, span.instrumentation_scope, dependency
+            )
             if operation.add_span(record):
-                with self._lock:
-                    self._spans[(trace_id, span_id)] = operation
+                self._spans[(trace_id, span_id)] = operation  # one dict store: atomic
                 if dependency:
-                    binding = getattr(_open_binding, "binding", None)
+                    binding = _open_binding.binding
                     if (
-                        isinstance(binding, ExchangeBinding)
+                        binding is not None
                         and binding.operation is operation
-                        and binding.span_id == parent.span_id
+                        and binding.span_id == parent_id
                     ):
                         operation.adopt(binding, record)
             return
         if span.kind is SpanKind.SERVER:
-            self._begin(span, trace_id, span_id)
+            context = span.get_span_context()
+            self._begin(span, context.trace_id, context.span_id)
 
     def _current_secrets(self) -> tuple[str, ...]:
         """Configured secret values plus those registered since (``reproit_otel.secrets``)."""
@@ -366,19 +389,18 @@ class ReproitSpanProcessor(SpanProcessor):
                 return None
         return trace_context_from_headers(inbound.header)
 
-    def _capture_context(self) -> TraceContext:
-        return TraceContext(
-            trace_id=f"cap-{time.time_ns() // 1_000_000}-{next(self._counter)}",
-            build=self.config.build,
-            capture_envelope=True,
-            replay_seed=secrets.token_hex(8),
+    def _capture_context(self) -> CaptureContext:
+        return CaptureContext(
+            f"cap-{time.time_ns() // 1_000_000}-{next(self._counter)}",
+            self.config.build,
+            os.urandom(8).hex(),  # a fresh 16-hex replaySeed
         )
 
     def _begin(self, span: Span, trace_id: int, span_id: int) -> None:
         inbound = current_inbound()
         if inbound is not None and inbound.operation is not None:
             return  # a second server span in the same request (nested instrumentation)
-        scan_context = self._trusted_scan_context(inbound)
+        scan_context = self._trusted_scan_context(inbound) if self.config.scan else None
         if scan_context is None and not self.capture:
             return
         context = scan_context or self._capture_context()
@@ -391,16 +413,16 @@ class ReproitSpanProcessor(SpanProcessor):
         else:
             name, input_value = self._from_attributes(span)
             source = partial(_same, input_value)
-        secret_values = self._current_secrets()
         try:
             if scan_context is not None:
                 input_value = source()
+                secret_values = self._current_secrets()
                 if secret_values:
                     input_value = scrub_value(input_value, secret_values)
                 trace = BackendTrace.begin(context, name, input=input_value)
             else:  # a capture: the input is built, scrubbed and redacted only if it is wanted
                 trace = BackendTrace.begin(
-                    context, name, input_factory=_input_factory(source, secret_values)
+                    context, name, input_factory=_input_factory(source, self._current_secrets)
                 )
         except TraceError as exc:
             with self._lock:
@@ -421,13 +443,15 @@ class ReproitSpanProcessor(SpanProcessor):
         key = (trace_id, span_id)
         evicted: list[Operation] = []
         with self._lock:
-            evicted = self._evict_locked()
+            if self._operations:
+                evicted = self._evict_locked()
             self._operations[key] = operation
             self._spans[key] = operation
             self._stats["scan_operations" if operation.scan else "capture_operations"] += 1
         if inbound is not None:
             inbound.operation = operation
         for old in evicted:
+            self._take_tally(old)  # not under the processor's lock: operations lock first
             _log.warning(
                 "reproit-otel: operation %r evicted (its server span did not end in time)",
                 old.trace.operation,
@@ -468,12 +492,12 @@ class ReproitSpanProcessor(SpanProcessor):
         context = span.get_span_context()
         if context is None:
             return
-        key = (context.trace_id, context.span_id)
-        operation = self._spans.get(key)
+        span_id = context.span_id
+        operation = self._spans.get((context.trace_id, span_id))
         if operation is None:
             return
-        if context.span_id != operation.root_span_id:
-            operation.end_span(context.span_id, dependency=_is_dependency(span))
+        if span_id != operation.root_span_id:
+            operation.end_span(span_id, dependency=partial(_is_dependency, span))
             return
         if operation.inbound is None and not operation.finished:
             # No middleware ran: the span's attributes are all we know about the response.
@@ -497,7 +521,10 @@ class ReproitSpanProcessor(SpanProcessor):
             )
 
     def _hand_off(self, operation: Operation) -> None:
+        # Taken before the processor's lock: an operation's lock is never taken inside it.
+        tally = operation.take_tally()
         with self._lock:
+            self._add_locked(tally)
             if operation.handed_off or operation.evicted:
                 return
             operation.handed_off = True
@@ -516,20 +543,23 @@ class ReproitSpanProcessor(SpanProcessor):
                 return
             self._stats["operations_submitted"] += 1
         for sink in self.sinks:
-            with guarded("processor.sink"):
+            try:
                 sink.submit(operation.trace)
+            except Exception as exc:
+                absorb("processor.sink", exc)
 
 
 def _same(value: Any) -> Any:
     return value
 
 
-def _input_factory(source: Callable[[], Any], secret_values: tuple[str, ...]) -> Any:
-    """The deferred ``start`` input of a capture: ``source()`` scrubbed of ``secret_values``."""
+def _input_factory(source: Callable[[], Any], secrets: Callable[[], tuple[str, ...]]) -> Any:
+    """The deferred ``start`` input of a capture: ``source()`` scrubbed of ``secrets()``."""
 
     def factory() -> Any:
         with guarded("processor.input"):
             value = source()
+            secret_values = secrets()
             return scrub_value(value, secret_values) if secret_values else value
         return None
 

@@ -62,7 +62,7 @@ from typing import Any, Protocol
 
 from opentelemetry import context as otel_context
 
-from reproit_otel._guard import guarded
+from reproit_otel._guard import absorb, guarded
 
 __all__ = [
     "EFFECT_KINDS",
@@ -141,7 +141,7 @@ class ExchangeRecorder:
     Both are safe to call from any thread and never raise.
     """
 
-    __slots__ = ("_done", "_finish_where", "_handle", "_lock", "_owner", "library")
+    __slots__ = ("_done", "_handle", "_lock", "_owner", "library")
 
     def __init__(self, owner: ExchangeOwner, handle: object, library: str) -> None:
         self._owner = owner
@@ -149,7 +149,6 @@ class ExchangeRecorder:
         self._lock = threading.Lock()
         self._done = False
         self.library = library
-        self._finish_where = f"recording.finish[{library}]"
 
     @property
     def done(self) -> bool:
@@ -179,7 +178,7 @@ class ExchangeRecorder:
         """
         if not self._claim():
             return
-        with guarded(self._finish_where):
+        with guarded(f"recording.finish[{self.library}]"):
             if effect not in EFFECT_KINDS:
                 self._owner.exchange_failed(
                     self._handle, f"{self.library}: unknown effect kind {effect!r}"
@@ -193,9 +192,11 @@ class ExchangeRecorder:
         See "Deferred exchanges" in the module docstring. ``build()`` returns
         ``(resource, key, exchange)`` or raises :class:`Unrecordable`.
         """
-        if not self._claim():
-            return
-        with guarded(self._finish_where):
+        with self._lock:  # _claim(), inline: this runs for every recorded call
+            if self._done:
+                return
+            self._done = True
+        try:
             if effect not in EFFECT_KINDS:
                 self._owner.exchange_failed(
                     self._handle, f"{self.library}: unknown effect kind {effect!r}"
@@ -212,6 +213,8 @@ class ExchangeRecorder:
                 self._owner.exchange_failed(self._handle, f"{self.library}: {error.reason}")
                 return
             self._owner.exchange_finished(self._handle, effect, resource, key, exchange)
+        except Exception as exc:
+            absorb(f"recording.finish[{self.library}]", exc)
 
     def fail(self, reason: str) -> None:
         """The exchange could not be recorded: the operation's effects become incomplete."""
@@ -279,35 +282,44 @@ def is_suppressed() -> bool:
 
 
 def recording_enabled() -> bool:
-    """Cheap check for a recorder's hot path: could :func:`start_exchange` return a recorder?"""
+    """Cheap check: could :func:`start_exchange` return a recorder?
+
+    Recorders need not call it first: :func:`start_exchange` makes the same checks first.
+    """
     pipeline = _pipeline
-    if pipeline is None and _override is None:
+    override = _override
+    if pipeline is None and override is None:
         return False
-    with guarded("recording.recording_enabled"):
-        live = _live_override() is not None or (
+    try:
+        live = (override is not None and override.has_live_operations()) or (
             pipeline is not None and pipeline.has_live_operations()
         )
         return live and not is_suppressed()
+    except Exception as exc:
+        absorb("recording.recording_enabled", exc)
     return False
 
 
 def start_exchange(library: str) -> ExchangeRecorder | None:
     """Begin recording one call of ``library`` (``"requests"``, ``"psycopg2"``, ...).
 
-    Returns ``None`` when nothing records this call (see the module docstring).
+    Returns ``None`` when nothing records this call (see the module docstring); that answer
+    costs a few attribute reads when no operation is being recorded.
     """
     pipeline = _pipeline
-    if pipeline is None and _override is None:
-        return None
-    with guarded(f"recording.start_exchange[{library}]"):
-        if is_suppressed():
-            return None
-        override = _live_override()
-        if override is not None:
+    override = _override
+    try:
+        if override is not None and override.has_live_operations():
+            if is_suppressed():
+                return None
             recorder = override.start_exchange(library)
             if recorder is not None:
                 return recorder
-        return None if pipeline is None else pipeline.start_exchange(library)
+        if pipeline is None or not pipeline.has_live_operations() or is_suppressed():
+            return None
+        return pipeline.start_exchange(library)
+    except Exception as exc:
+        absorb(f"recording.start_exchange[{library}]", exc)
     return None
 
 

@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
-from reproit_otel._guard import guarded
+from reproit_otel._guard import absorb
 from reproit_otel.wire.batch import (
     CaptureEnvironment,
     CaptureSettings,
@@ -147,6 +147,20 @@ class UploaderSettings:
 
 # Ineligibility reasons that the return event and oracle markers alone decide.
 _DECIDED_ON_SETTLED_EVENTS = frozenset({"unfinished", "not-a-failure"})
+
+
+def _healthy(trace: object) -> str | None:
+    """``"not-a-failure"`` when a finished trace's return event alone shows it succeeded.
+
+    The common case, answered without listing events: a ``BackendTrace`` knows its ``return``
+    event and whether any event could be an agent oracle marker. Otherwise None (decide on the
+    events, as :func:`~reproit_otel.wire.batch.capture_eligibility` does).
+    """
+    returned = getattr(trace, "return_event", None)
+    if returned is None or getattr(trace, "may_hold_oracle_marker", True):
+        return None
+    status = operation_status(returned)
+    return "not-a-failure" if status is None or status < 500 else None
 
 
 class _HasEvents(Protocol):
@@ -246,8 +260,10 @@ class Uploader:
 
         Never blocks on the network and never raises (defects are logged by the guard).
         """
-        with guarded("uploader.record"):
+        try:
             return self._record(trace)
+        except Exception as exc:
+            absorb("uploader.record", exc)
         return False
 
     def submit(self, trace: _HasEvents) -> None:
@@ -257,10 +273,11 @@ class Uploader:
     def _record(self, trace: _HasEvents | Sequence[Mapping[str, Any]]) -> bool:
         if os.getpid() != self._pid:  # forked without the at-fork hook (should not happen)
             self._after_fork_in_child()
-        settled = getattr(trace, "settled_events", None)
-        eligible, reason = False, None
-        if callable(settled):
-            eligible, reason = capture_eligibility(settled())
+        eligible, reason = False, _healthy(trace)
+        if reason is None:
+            settled = getattr(trace, "settled_events", None)
+            if callable(settled):
+                eligible, reason = capture_eligibility(settled())
         if reason not in _DECIDED_ON_SETTLED_EVENTS:
             events = list(trace.events) if hasattr(trace, "events") else list(trace)
             eligible, reason = capture_eligibility(events)

@@ -39,14 +39,15 @@ from types import TracebackType
 from typing import Any
 
 from reproit_otel import recording
-from reproit_otel._guard import guard_call, guarded
+from reproit_otel._guard import absorb, guarded
 from reproit_otel.inbound import (
     MAX_INBOUND_BODY,
     InboundRequest,
     current_inbound,
     decode_json_body,
-    inbound_scope,
     parse_query,
+    publish_inbound,
+    withdraw_inbound,
 )
 from reproit_otel.operation import Operation
 from reproit_otel.wire._js import UNSET
@@ -69,8 +70,32 @@ def _header_name(key: str) -> str | None:
     return None
 
 
+def _environ_key(name: str) -> str:
+    """The environ key of the lowercase header ``name`` (``x-a`` -> ``HTTP_X_A``)."""
+    key = name.replace("-", "_").upper()
+    return key if key in ("CONTENT_TYPE", "CONTENT_LENGTH") else "HTTP_" + key
+
+
+def _environ_header(environ: dict[str, Any], name: str) -> str | None:
+    """First value of the lowercase header ``name`` as the request carried it, or None."""
+    value = environ.get(_environ_key(name))
+    return value if isinstance(value, str) else None
+
+
+def _environ_headers(environ: dict[str, Any]) -> dict[str, str]:
+    """Every request header of a WSGI environ, by lowercase name."""
+    headers: dict[str, str] = {}
+    for key, value in environ.items():
+        name = _header_name(key)
+        if name is not None and isinstance(value, str):
+            headers[name] = value
+    return headers
+
+
 def _text(value: str) -> str:
     # WSGI hands URL parts as latin-1 decoded bytes; the path is UTF-8 on the wire.
+    if value.isascii():
+        return value
     try:
         return value.encode("latin-1").decode("utf-8", "replace")
     except UnicodeEncodeError:
@@ -78,8 +103,8 @@ def _text(value: str) -> str:
 
 
 def _read_body(environ: dict[str, Any]) -> bytes:
-    content_type = environ.get("CONTENT_TYPE") or ""
-    if "application/json" not in content_type.lower():
+    content_type = environ.get("CONTENT_TYPE")
+    if not content_type or "application/json" not in content_type.lower():
         return b""
     try:
         length = int(environ.get("CONTENT_LENGTH") or 0)
@@ -97,34 +122,31 @@ def _read_body(environ: dict[str, Any]) -> bytes:
 
 
 def inbound_from_environ(environ: dict[str, Any]) -> InboundRequest:
-    """The :class:`InboundRequest` of a WSGI request (reads a small JSON body, see above)."""
-    headers: dict[str, str] = {}
-    for key, value in environ.items():
-        name = _header_name(key)
-        if name is not None and isinstance(value, str):
-            headers[name] = value
+    """The :class:`InboundRequest` of a WSGI request (reads a small JSON body, see above).
+
+    Headers, query and body are decoded only if the input is wanted (a failing capture, a
+    scan request): the request keeps a shallow copy of the environ as it came in.
+    """
+    snapshot = environ.copy()
     body = _read_body(environ)
-    method = str(environ.get("REQUEST_METHOD") or "GET")
-    path = _text(str(environ.get("SCRIPT_NAME") or "") + str(environ.get("PATH_INFO") or "")) or "/"
-    query = str(environ.get("QUERY_STRING") or "")
-    content_type = environ.get("CONTENT_TYPE")
+    method = environ.get("REQUEST_METHOD") or "GET"
+    script = environ.get("SCRIPT_NAME") or ""
+    path = _text(f"{script}{environ.get('PATH_INFO') or ''}") or "/"
     return InboundRequest(
-        method=method,
+        method=method if type(method) is str else str(method),
         path=path,
         input={},
-        header=headers.get,
-        input_factory=partial(_canonical_input, body, content_type, query, headers),
+        header=partial(_environ_header, snapshot),
+        input_factory=partial(_canonical_input, body, snapshot),
     )
 
 
-def _canonical_input(
-    body: bytes, content_type: Any, query: str, headers: dict[str, str]
-) -> dict[str, Any]:
+def _canonical_input(body: bytes, environ: dict[str, Any]) -> dict[str, Any]:
     """The canonical input (PROTOCOL 9.2) from what the request carried (built when wanted)."""
     return http_input(
-        body=decode_json_body(body, content_type),
-        query=parse_query(query),
-        headers=headers,
+        body=decode_json_body(body, environ.get("CONTENT_TYPE")),
+        query=parse_query(str(environ.get("QUERY_STRING") or "")),
+        headers=_environ_headers(environ),
     )
 
 
@@ -192,14 +214,19 @@ class _Exchange:
             operation.finish(status, output_factory=partial(_output, body, self.headers))
         else:
             operation.finish(status, None)
+        if not operation.scan:
+            return []
         header = operation.header()
         return [] if header is None else [(EVENTS_HEADER, header)]
 
     def release(self, body: bytes | None, *, complete: bool) -> Callable[[bytes], object]:
         """Finish the operation and send the held response start (once)."""
         self.released = True
-        no_headers: list[tuple[str, str]] = []
-        extra = guard_call("wsgi.finish", self.finish, body, complete=complete, default=no_headers)
+        extra: list[tuple[str, str]] = []
+        try:
+            extra = self.finish(body, complete=complete)
+        except Exception as exc:
+            absorb("wsgi.finish", exc)
         headers = self.headers + extra if extra else self.headers
         if self.exc_info is not None:
             return self.start_response(self.status, headers, self.exc_info)
@@ -259,18 +286,23 @@ def wsgi_call(
     app: WSGIApp, environ: dict[str, Any], start_response: StartResponse
 ) -> Iterable[bytes]:
     """Run ``app`` for one request with reproit-otel's inbound handling around it."""
-    if recording.current_pipeline() is None or current_inbound() is not None:
+    pipeline = recording.current_pipeline()
+    if pipeline is None or current_inbound() is not None or not _begins(pipeline):
         return app(environ, start_response)
-    inbound = guard_call("wsgi.inbound", inbound_from_environ, environ, default=None)
-    if inbound is None:
+    try:
+        inbound = inbound_from_environ(environ)
+    except Exception as exc:
+        absorb("wsgi.inbound", exc)
         return app(environ, start_response)
     exchange = _Exchange(inbound, start_response)
-    with inbound_scope(inbound):
-        try:
-            body = app(environ, exchange.hold)
-        except BaseException:
-            exchange.failed()
-            raise
+    token = publish_inbound(inbound)
+    try:
+        body = app(environ, exchange.hold)
+    except BaseException:
+        exchange.failed()
+        raise
+    finally:
+        withdraw_inbound(token)
     if exchange.passthrough or exchange.operation is None:
         return body
     if exchange.released:
@@ -284,6 +316,12 @@ def wsgi_call(
             exchange.release(data, complete=True)
         return body
     return _HeldBody(exchange, body)
+
+
+def _begins(pipeline: object) -> bool:
+    """Whether ``pipeline`` may begin an operation for a request (else nothing is wrapped)."""
+    begins = getattr(pipeline, "begins_operations", None)
+    return begins is None or bool(begins())
 
 
 class ReproitWSGIMiddleware:

@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import math
 import threading
 import time
@@ -142,23 +143,18 @@ ORACLE_MARKER_RESOURCE: Final = "reproit-oracle"
 
 # --- the process-wide sequence counter -------------------------------------------------------
 
-_sequence_lock = threading.Lock()
-_next_sequence = 1
+# ``next()`` on an ``itertools.count`` is one C call that the GIL keeps atomic: no lock needed.
+_sequence = itertools.count(1)
 
 
 def _take_sequence() -> int:
-    global _next_sequence
-    with _sequence_lock:
-        value = _next_sequence
-        _next_sequence += 1
-        return value
+    return next(_sequence)
 
 
 def reset_sequence(start: int = 1) -> None:
     """Restart the process-wide event sequence counter at ``start`` (a test hook)."""
-    global _next_sequence
-    with _sequence_lock:
-        _next_sequence = start
+    global _sequence
+    _sequence = itertools.count(start)
 
 
 # --- JavaScript-flavoured helpers ------------------------------------------------------------
@@ -166,7 +162,11 @@ def reset_sequence(start: int = 1) -> None:
 
 def _bounded(text: str, maximum: int) -> str | None:
     """Trimmed text of 1..``maximum`` code points, else ``None`` (never truncated)."""
-    trimmed = js_trim(well_formed(text))
+    if text.isascii() and text.isprintable():
+        # Printable ASCII holds no lone surrogate, and its only JavaScript white space is " ".
+        trimmed = text.strip(" ")
+    else:
+        trimmed = js_trim(well_formed(text))
     if not trimmed or len(trimmed) > maximum:
         return None
     return trimmed
@@ -357,15 +357,36 @@ def _mono_ns() -> int:
 
 
 def _default_span_id(trace_id: object, name: str) -> str:
-    """The default span id, shortened as decision D7 says when it would be too long."""
+    """The default span id, shortened as decision D7 says when it would be too long (already
+    trimmed and bounded, as :func:`_bounded` leaves it)."""
     prefix = js_string(trace_id)
-    span_id = prefix + ":" + name
-    if _bounded(span_id, MAX_SPAN_ID) is not None:
+    span_id = _bounded(prefix + ":" + name, MAX_SPAN_ID)
+    if span_id is not None:
         return span_id
-    span_id = prefix + ":" + identity(name)
-    if _bounded(span_id, MAX_SPAN_ID) is not None:
+    span_id = _bounded(prefix + ":" + identity(name), MAX_SPAN_ID)
+    if span_id is not None:
         return span_id
     return identity(prefix + ":" + name)
+
+
+class CaptureContext:
+    """A capture context (PROTOCOL 5.2) read exactly like a :class:`TraceContext` by
+    :meth:`BackendTrace.begin`: ``actionIndex`` 0, no actor or config contract, capture
+    envelope on. Internal to the capture pipeline, which begins one per request and so uses
+    a plain object rather than a frozen dataclass (whose constructor costs several calls).
+    """
+
+    __slots__ = ("build", "replay_seed", "trace_id")
+
+    action_index = 0
+    actor = None
+    config_contract = None
+    capture_envelope = True
+
+    def __init__(self, trace_id: str, build: str | None, replay_seed: str) -> None:
+        self.trace_id = trace_id
+        self.build = build
+        self.replay_seed = replay_seed
 
 
 class BackendTrace:
@@ -386,14 +407,17 @@ class BackendTrace:
         self._finished = False
         self._lock = threading.Lock()
         self._capture_envelope = capture_envelope
-        self._wall_ms = wall_ms or _wall_ms
-        self._mono_ns = mono_ns or _mono_ns
-        self._origin_ns = self._mono_ns() if capture_envelope else 0
+        # None: the real clocks, read inline (looked up at call time, so a pinned clock is seen).
+        self._wall_ms = wall_ms
+        self._mono_ns = mono_ns
+        self._origin_ns = (_mono_ns() if mono_ns is None else mono_ns()) if capture_envelope else 0
+        self._marker_pushed = False
+        self._returned: TraceEvent | None = None
 
     @classmethod
     def begin(
         cls,
-        context: TraceContext | Mapping[str, Any],
+        context: TraceContext | CaptureContext | Mapping[str, Any],
         operation: Any,
         *,
         span_id: Any = UNSET,
@@ -419,13 +443,13 @@ class BackendTrace:
         Raises :class:`~reproit_otel.errors.TraceError` ``InvalidOperation`` for an empty or
         over-long operation or explicit span id.
         """
-        if isinstance(context, Mapping):
+        if not isinstance(context, (TraceContext, CaptureContext)):
             context = TraceContext.from_wire(context)
         name = _bounded(js_string(operation), MAX_OPERATION)
         if name is None:
             raise TraceError("InvalidOperation")
         if _absent(span_id):
-            span = _bounded(_default_span_id(context.trace_id, name), MAX_SPAN_ID)
+            span: str | None = _default_span_id(context.trace_id, name)
         else:
             span = _bounded(js_string(span_id), MAX_SPAN_ID)
         if span is None:
@@ -486,6 +510,16 @@ class BackendTrace:
         """
         with self._lock:
             return [event for event in self._events if not isinstance(event, _Deferred)]
+
+    @property
+    def return_event(self) -> TraceEvent | None:
+        """The ``return`` event once :meth:`finish` pushed it (its ``output`` may be deferred)."""
+        return self._returned
+
+    @property
+    def may_hold_oracle_marker(self) -> bool:
+        """False when no pushed event can be an agent oracle marker (a cheap check first)."""
+        return self._marker_pushed
 
     @property
     def deferred_count(self) -> int:
@@ -559,6 +593,8 @@ class BackendTrace:
             detail=detail,
             exchange=exchange,
         )
+        if fields.get("resource") == ORACLE_MARKER_RESOURCE:
+            self._marker_pushed = True
         self._push("effect", fields)
 
     def defer_effect(self, kind: str, build: DeferredEffect) -> None:
@@ -620,12 +656,16 @@ class BackendTrace:
         """
         if self._finished:
             raise TraceError("AlreadyFinished")
-        fields: dict[str, Any] = {"output": redact(None if output is UNSET else output)}
+        if output is None or output is UNSET:
+            fields: dict[str, Any] = {"output": None}  # what redact() makes of it, without a walk
+        else:
+            fields = {"output": redact(output)}
         if status is not UNSET:
             fields["status"] = status
         fields["success"] = success is True
         fields["effectsComplete"] = effects_complete is True
         event = self._push("return", fields)
+        self._returned = event
         if output_factory is not None:
             with self._lock:
                 self._pending_output = (event, output_factory)
@@ -650,12 +690,15 @@ class BackendTrace:
             if len(self._events) >= MAX_EVENTS:
                 raise TraceError("TooManyEvents")
             event: TraceEvent = dict(self._common)
-            event["sequence"] = _take_sequence()
+            event["sequence"] = next(_sequence)
             event["kind"] = kind
             event.update(fields)
             if self._capture_envelope:
-                event["at"] = self._wall_ms()
-                event["monoNs"] = self._mono_ns() - self._origin_ns
+                wall, mono = self._wall_ms, self._mono_ns
+                event["at"] = time.time_ns() // 1_000_000 if wall is None else wall()
+                event["monoNs"] = (
+                    time.monotonic_ns() if mono is None else mono()
+                ) - self._origin_ns
             self._events.append(event)
             return event
 
@@ -664,12 +707,13 @@ class BackendTrace:
         with self._lock:
             if len(self._events) >= MAX_EVENTS:
                 raise TraceError("TooManyEvents")
-            sequence = _take_sequence()
+            sequence = next(_sequence)
             at: int | None = None
             mono: int | None = None
             if self._capture_envelope:
-                at = self._wall_ms()
-                mono = self._mono_ns() - self._origin_ns
+                wall, clock = self._wall_ms, self._mono_ns
+                at = time.time_ns() // 1_000_000 if wall is None else wall()
+                mono = (time.monotonic_ns() if clock is None else clock()) - self._origin_ns
             self._events.append(_Deferred(kind, build, sequence, at, mono))
             self._deferred += 1
 
