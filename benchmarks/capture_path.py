@@ -9,7 +9,9 @@ process is timed. Shapes alternate over several passes; each pass runs 5 rounds 
 
 Reported per shape: the smallest and the median of the round medians (µs per request), and
 the cost of ``reproit-on`` (capture configured, healthy requests) and ``reproit-off`` over
-``otel``. With ``--gc`` the child also reports how often the cyclic garbage collector ran and
+``otel``; then the same figures for the request thread's CPU time (``time.thread_time_ns``),
+which leaves out the waits on the upstream and PostgreSQL and so moves less with the machine's
+other work. With ``--gc`` the child also reports how often the cyclic garbage collector ran and
 its mean time per request. Prints only; writes nothing.
 
 ``--child SHAPE N`` is the child's own entry point.
@@ -81,14 +83,23 @@ def _child(shape: str, count: int, gc_stats: bool) -> dict[str, Any]:
 
         gc.callbacks.append(watch)
     rounds = []
+    cpu_rounds = []
     for _ in range(5):
         timings = []
+        cpu = []
         for index in range(count):
             started = time.perf_counter_ns()
+            cpu_started = time.thread_time_ns()
             one(index)
+            cpu.append((time.thread_time_ns() - cpu_started) / 1000)
             timings.append((time.perf_counter_ns() - started) / 1000)
         rounds.append(statistics.median(timings))
-    result: dict[str, Any] = {"shape": shape, "round_medians_us": rounds}
+        cpu_rounds.append(statistics.median(cpu))
+    result: dict[str, Any] = {
+        "shape": shape,
+        "round_medians_us": rounds,
+        "cpu_round_medians_us": cpu_rounds,
+    }
     if gc_stats:
         result["gc_collections"] = collections
         result["gc_us_per_request"] = round(paused[0] / (5 * count) * 1e6, 1)
@@ -107,6 +118,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     upstream = Child("benchmarks._upstream")
     results: dict[str, list[float]] = {shape: [] for shape in SHAPES}
+    cpu_results: dict[str, list[float]] = {shape: [] for shape in SHAPES}
     try:
         with postgres() as dsn:
             prepare_table(dsn)
@@ -125,6 +137,7 @@ def main(argv: list[str] | None = None) -> None:
                     ).stdout
                     document = json.loads(output.strip().splitlines()[-1])
                     results[shape].extend(document["round_medians_us"])
+                    cpu_results[shape].extend(document["cpu_round_medians_us"])
                     extra = ""
                     if args.gc:
                         extra = (
@@ -132,7 +145,8 @@ def main(argv: list[str] | None = None) -> None:
                             f" {document['gc_us_per_request']} µs/request"
                         )
                     rounds = " ".join(f"{value:.0f}" for value in document["round_medians_us"])
-                    print(f"pass {number + 1} {shape:<12} {rounds}{extra}")
+                    cpu = " ".join(f"{value:.0f}" for value in document["cpu_round_medians_us"])
+                    print(f"pass {number + 1} {shape:<12} {rounds}  cpu {cpu}{extra}")
     finally:
         upstream.stop()
     print(f"{'shape':<12}{'min µs':>10}{'median µs':>12}")
@@ -142,6 +156,13 @@ def main(argv: list[str] | None = None) -> None:
         low = min(results[shape]) - min(results["otel"])
         middle = statistics.median(results[shape]) - statistics.median(results["otel"])
         print(f"{shape} over otel: {low:+.0f} µs (min), {middle:+.0f} µs (median)")
+    print(f"{'shape':<12}{'cpu min µs':>12}{'cpu median µs':>15}")
+    for shape, values in cpu_results.items():
+        print(f"{shape:<12}{min(values):>12.0f}{statistics.median(values):>15.0f}")
+    for shape in ("reproit-off", "reproit-on"):
+        low = min(cpu_results[shape]) - min(cpu_results["otel"])
+        middle = statistics.median(cpu_results[shape]) - statistics.median(cpu_results["otel"])
+        print(f"{shape} over otel, thread CPU: {low:+.0f} µs (min), {middle:+.0f} µs (median)")
 
 
 if __name__ == "__main__":
