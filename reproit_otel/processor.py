@@ -259,9 +259,17 @@ class ReproitSpanProcessor(SpanProcessor):
         """Bind a new exchange to the current span's operation (or None: nothing records)."""
         if self._shutdown or not self._operations:
             return None
-        operation, span_id = self._current_operation()
-        if operation is None:
-            return None
+        span: Any = otel_context.get_current().get(_SPAN_KEY)
+        operation: Operation | None = None
+        span_id: int | None = None
+        if span is not None:  # _current_operation(), inline: this runs for every call
+            span_context = span.get_span_context()
+            span_id = span_context.span_id
+            operation = self._spans.get((span_context.trace_id, span_id))
+        if operation is None or operation.evicted:
+            operation, span_id = self._request_operation()
+            if operation is None:
+                return None
         binding = operation.bind_exchange(span_id)
         _open_binding.binding = binding
         return recording.ExchangeRecorder(self, binding, library)
@@ -328,7 +336,11 @@ class ReproitSpanProcessor(SpanProcessor):
             operation = self._spans.get((span_context.trace_id, span_id))
             if operation is not None and not operation.evicted:
                 return operation, span_id
-        # Not a span of ours (another provider, a non-recording span): the request's operation.
+        return self._request_operation()
+
+    def _request_operation(self) -> tuple[Operation | None, None]:
+        """The operation of the current inbound request, for a call outside our spans (another
+        provider's span, a non-recording span)."""
         inbound = current_inbound()
         if inbound is not None and inbound.operation is not None:
             operation = inbound.operation
@@ -363,7 +375,7 @@ class ReproitSpanProcessor(SpanProcessor):
                     ):
                         operation.adopt(binding, record)
             return
-        if span.kind is SpanKind.SERVER:
+        if (self.capture or self.config.scan) and span.kind is SpanKind.SERVER:
             context = span.get_span_context()
             self._begin(span, context.trace_id, context.span_id)
 

@@ -278,7 +278,7 @@ def is_suppressed() -> bool:
     That is how reproit-otel's own traffic (uploads, CLI calls) and exporters' traffic is
     recognised: it is never recorded.
     """
-    return bool(otel_context.get_value(_SUPPRESS_KEY))
+    return bool(otel_context.get_current().get(_SUPPRESS_KEY))
 
 
 def recording_enabled() -> bool:
