@@ -31,11 +31,29 @@ What is recorded, per statement (one exchange each, PROTOCOL 4.4, decision D11):
 incomplete, and so does a statement on an asynchronous (``async_=True``) connection. A value
 with no encoding (or a scrolled server-side cursor) makes the exchange fail, which also marks
 the operation incomplete.
+
+Cost. Most recorded operations succeed and are never uploaded, so a statement does the least
+it can while it runs and leaves the rest to the exchange's ``build()`` (run only for an
+operation that may be uploaded):
+
+* while it runs: one :func:`~reproit_otel.recording.start_exchange`, a reference to the
+  statement text, the parameters (kept as they are when they are a tuple of immutable scalars,
+  encoded at once otherwise, since the application may change a list or a dict afterwards),
+  and for a client-side cursor the raw rows (read before the application reads them);
+* in ``build()``: the ``request`` (parameter encoding), the row encoding, ``columns`` and the
+  key.
+
+A client-side cursor gets the recording layer :class:`RecordingCursor` (``execute``,
+``executemany``, ``callproc``, COPY), so fetching and iterating go straight to the C cursor; a
+named cursor gets :class:`RecordingNamedCursor`, which also sees every fetch. With nothing to
+record, a statement costs one ``start_exchange`` call on top of the C call.
 """
 
 from __future__ import annotations
 
-import functools
+import datetime as dt
+import itertools
+import uuid
 import weakref
 from collections.abc import Callable
 from typing import Any, Literal, cast
@@ -43,7 +61,7 @@ from typing import Any, Literal, cast
 from psycopg2 import extensions as _ext
 
 from reproit_otel import recording
-from reproit_otel._guard import guarded
+from reproit_otel._guard import absorb
 from reproit_otel.instrumentation._exceptions import exception_type_name
 from reproit_otel.instrumentation._pg_common import (
     LIBRARY,
@@ -60,11 +78,13 @@ from reproit_otel.instrumentation._pg_values import (
     encode_params,
     encode_value,
 )
+from reproit_otel.wire._js import js_trim
 from reproit_otel.wire.bounds import MAX_PG_ROWS
 
 __all__ = [
     "RecordingConnection",
     "RecordingCursor",
+    "RecordingNamedCursor",
     "error_response",
     "recording_connection_class",
     "recording_cursor_class",
@@ -74,19 +94,38 @@ __all__ = [
 _active = False
 _CURSOR_CACHE_ATTR = "_reproit_recording_cursor"
 _CONN_CACHE_ATTR = "_reproit_recording_connection"
-_c_type_cache: dict[type, type] = {}
+_c_type_cache: dict[tuple[type, type], type] = {}
+
+# The C methods below the recording layers. A layer is always the last base before the C
+# type in the method resolution order, so these are exactly what ``super()`` finds there.
+_execute = _ext.cursor.execute
+_executemany = _ext.cursor.executemany
+_callproc = _ext.cursor.callproc
+_fetchmany = _ext.cursor.fetchmany
+_scroll = _ext.cursor.scroll
+_cursor = _ext.connection.cursor
+
+_INTERNAL = "internal error while recording a statement"
+_NO_REQUEST = "the statement could not be recorded"
+
+# Parameter types whose encoding cannot change once the statement ran: a tuple of these is
+# kept as it is and encoded only if the exchange is built (anything else is encoded at once).
+_LASTING = frozenset({int, str, float, bool, type(None), bytes, uuid.UUID, dt.date})
+_NAIVE = frozenset({dt.datetime, dt.time})  # lasting while they carry no tzinfo
+_LATER: Any = object()  # ``_Statement.values`` of parameters encoded in build()
+
+# effect_kind() without its calls for the usual statement heads: every ASCII spelling of
+# SELECT and SHOW is a read; a head with no leading white space needs no trimming.
+_SELECT_HEADS = frozenset(map("".join, itertools.product(*zip("SELECT", "select", strict=True))))
+_SHOW_HEADS = frozenset(map("".join, itertools.product(*zip("SHOW", "show", strict=True))))
+_READ_WORDS = ("SELECT", "SHOW")
+_SPACES = frozenset(char for char in map(chr, range(0x10000)) if not js_trim(char))
 
 
 def set_active(active: bool) -> None:
     """Turn recording on or off for every connection made while installed."""
     global _active
     _active = active
-
-
-def _start(cursor: Any) -> recording.ExchangeRecorder | None:
-    if not _active or not recording.recording_enabled():
-        return None
-    return recording.start_exchange(LIBRARY)
 
 
 def _render(cursor: Any) -> Callable[[Any], str]:
@@ -116,61 +155,156 @@ def error_response(error: BaseException) -> dict[str, Any]:
     return {"error": fields}
 
 
-def _finish(
-    recorder: recording.ExchangeRecorder,
-    request: dict[str, Any],
-    response: Callable[[], dict[str, Any]],
-) -> None:
-    """Hand the exchange over; ``response()`` builds its response when it is wanted."""
-    recorder.finish_deferred(
-        effect_kind(request["text"]), functools.partial(_build_exchange, request, response)
+def _effect(text: str) -> str:
+    """:func:`effect_kind` of ``text``, with no call for an ASCII ``SELECT``/``SHOW`` head."""
+    if text[:6] in _SELECT_HEADS or text[:4] in _SHOW_HEADS:
+        return "read"
+    if text[:1] in _SPACES:
+        return effect_kind(text)
+    # No leading white space: trimming could only shorten the head at its end, which changes
+    # neither its first letters nor their upper case.
+    return "read" if text[:8].upper().startswith(_READ_WORDS) else "write"
+
+
+class _Statement:
+    """What was seen of one statement, and the ``build()`` of its exchange.
+
+    ``text`` and ``values`` (or ``params`` when ``values`` is ``_LATER``) make the request.
+    The response is ``response`` when it was built at once (an error), else it is built from
+    ``command``, ``row_count``, ``description`` and either ``rows`` (already encoded, a named
+    cursor) or ``raw`` (the first rows as read, a client-side cursor; ``None``: no result).
+    """
+
+    __slots__ = (
+        "command",
+        "description",
+        "params",
+        "raw",
+        "response",
+        "row_count",
+        "rows",
+        "text",
+        "values",
     )
 
+    text: str
+    values: Any
+    params: Any
+    response: dict[str, Any] | None
+    command: Any
+    row_count: int
+    description: Any
+    rows: list[dict[str, Any]] | None
+    raw: list[tuple[Any, ...]] | None
 
-def _build_exchange(
-    request: dict[str, Any], response: Callable[[], dict[str, Any]]
-) -> tuple[str, str, dict[str, Any]]:
-    """``(resource, key, exchange)`` of a statement (run when the exchange is wanted)."""
-    failure = "internal error while recording a statement"
-    with guarded("psycopg2.record"):
+    def build(self) -> tuple[str, str, dict[str, Any]]:
+        """``(resource, key, exchange)`` (run only when the exchange is wanted)."""
         try:
-            exchange = {"protocol": "pg", "request": request, "response": response()}
+            values = self.values
+            if values is _LATER:
+                values = encode_params(self.params)
+            request = _request(self.text, values)
+        except Exception as exc:
+            absorb("psycopg2.request", exc)
+            raise recording.Unrecordable(_NO_REQUEST) from None
+        failure = _INTERNAL
+        try:
+            exchange = {"protocol": "pg", "request": request, "response": self._response()}
+            key = effect_key(self.text)
         except UnsupportedValue as error:
             failure = str(error)
+        except Exception as exc:
+            absorb("psycopg2.record", exc)
         else:
-            return RESOURCE, effect_key(request["text"]), exchange
-    raise recording.Unrecordable(failure)
+            return RESOURCE, key, exchange
+        raise recording.Unrecordable(failure)
+
+    def _response(self) -> dict[str, Any]:
+        if self.response is not None:
+            return self.response
+        rows = self.rows
+        if rows is not None:
+            return _result_response(
+                self.command, self.row_count, self.description, rows, self.row_count
+            )
+        raw = self.raw
+        if raw is None:
+            return _result_response(self.command, self.row_count, None, [], 0)
+        names = [column.name for column in self.description]
+        return _result_response(
+            self.command,
+            self.row_count,
+            self.description,
+            _encode_rows(names, raw[:MAX_PG_ROWS]),
+            max(self.row_count, len(raw)),
+        )
 
 
-def _settle(
-    recorder: recording.ExchangeRecorder,
-    request: dict[str, Any] | None,
-    take: Callable[[], Callable[[], dict[str, Any]]],
+def _statement(text: str, values: Any) -> _Statement:
+    """A statement whose request was read at once (the uncommon paths)."""
+    statement = _Statement()
+    statement.text = text
+    statement.values = values
+    statement.params = None
+    statement.response = None
+    statement.rows = None
+    statement.raw = None
+    return statement
+
+
+def _finish(recorder: recording.ExchangeRecorder, statement: _Statement) -> None:
+    """Hand the exchange over; it is built only when it is wanted."""
+    text = statement.text
+    if text[:6] in _SELECT_HEADS or text[:4] in _SHOW_HEADS:
+        recorder.finish_deferred("read", statement.build)
+    else:
+        recorder.finish_deferred(_effect(text), statement.build)
+
+
+def _settle(recorder: recording.ExchangeRecorder, statement: _Statement | None) -> None:
+    """Finish ``recorder`` with ``statement``, or fail it when there is nothing to finish."""
+    if statement is None:
+        recorder.fail(_NO_REQUEST)
+        return
+    try:
+        _finish(recorder, statement)
+    except Exception as exc:
+        recorder.fail(_INTERNAL)
+        absorb("psycopg2.record", exc)
+
+
+def _failed(
+    recorder: recording.ExchangeRecorder, statement: _Statement | None, error: BaseException
 ) -> None:
-    """Finish ``recorder``; fail it if that is impossible.
+    """The statement raised ``error``: record its error response (read now, not kept)."""
+    if statement is None:
+        recorder.fail(_NO_REQUEST)
+        return
+    try:
+        statement.response = error_response(error)
+        _finish(recorder, statement)
+    except Exception as exc:
+        recorder.fail(_INTERNAL)
+        absorb("psycopg2.record", exc)
 
-    ``take()`` reads now whatever cannot wait (the cursor's result) and returns the builder
-    of the response, which runs only when the exchange is wanted.
-    """
-    with guarded("psycopg2.record"):
-        if request is None:
-            recorder.fail("the statement could not be recorded")
-            return
+
+def _read_result(cursor: Any, statement: _Statement) -> None:
+    """Read a client-side cursor's result into ``statement`` right after its statement ran
+    (the rows without the row factory, then the cursor is rewound for the application)."""
+    description = cursor.description
+    if description is not None:
+        factory = cursor.row_factory
+        cursor.row_factory = None
         try:
-            response = take()
-        except UnsupportedValue as error:
-            recorder.fail(str(error))
-            return
-        except Exception:
-            recorder.fail("internal error while recording a statement")
-            raise
-        _finish(recorder, request, response)
-
-
-def _build_request(build: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
-    with guarded("psycopg2.request"):
-        return build()
-    return None
+            raw = _fetchmany(cursor, MAX_PG_ROWS + 1)
+        finally:
+            cursor.row_factory = factory
+        if raw:
+            _scroll(cursor, 0, "absolute")
+        statement.raw = raw
+    statement.command = cursor.statusmessage
+    statement.row_count = cursor.rowcount
+    statement.description = description
 
 
 def _raw_rows(cursor: Any, fetch: Callable[..., Any], *args: Any) -> Any:
@@ -213,54 +347,25 @@ def _result_response(
     return response
 
 
-def _snapshot(cursor: Any) -> Callable[[], dict[str, Any]]:
-    """Read a client-side cursor's result right after its statement ran; the builder of the
-    response from what was read (values are encoded only when it is wanted)."""
-    description = cursor.description
-    if description is None:
-        return functools.partial(
-            _result_response, cursor.statusmessage, cursor.rowcount, None, [], 0
-        )
-    raw = _raw_rows(cursor, _ext.cursor.fetchmany, MAX_PG_ROWS + 1)
-    if raw:
-        _ext.cursor.scroll(cursor, 0, "absolute")
-    return functools.partial(
-        _encoded_result, cursor.statusmessage, cursor.rowcount, description, raw
-    )
-
-
-def _encoded_result(
-    command: Any, row_count: int, description: Any, raw: list[tuple[Any, ...]]
-) -> dict[str, Any]:
-    names = [column.name for column in description]
-    rows = _encode_rows(names, raw[:MAX_PG_ROWS])
-    return _result_response(command, row_count, description, rows, max(row_count, len(raw)))
-
-
-def _error_result(error: BaseException) -> Callable[[], dict[str, Any]]:
-    """The error response, read now (the exception is not kept for later)."""
-    response = error_response(error)
-    return lambda: response
-
-
 class _Pending:
     """A named cursor's exchange, collecting rows as the application fetches them."""
 
-    __slots__ = ("command", "count", "description", "failure", "recorder", "request", "rows")
+    __slots__ = ("count", "description", "failure", "recorder", "rows", "statement")
 
     def __init__(
-        self, recorder: recording.ExchangeRecorder, request: dict[str, Any] | None, command: Any
+        self, recorder: recording.ExchangeRecorder, statement: _Statement | None, command: Any
     ) -> None:
         self.recorder = recorder
-        self.request = request
-        self.command = command
+        self.statement = statement
+        if statement is not None:
+            statement.command = command
         self.count = 0
         self.rows: list[dict[str, Any]] = []
         self.description: Any = None
         self.failure: str | None = None
 
     def add(self, cursor: Any, raw: list[tuple[Any, ...]]) -> None:
-        with guarded("psycopg2.record_rows"):
+        try:
             if self.description is None:
                 self.description = cursor.description
             room = MAX_PG_ROWS - len(self.rows)
@@ -270,174 +375,177 @@ class _Pending:
                     self.rows.extend(_encode_rows(names, raw[:room]))
                 except UnsupportedValue as error:
                     self.failure = str(error)
+        except Exception as exc:
+            absorb("psycopg2.record_rows", exc)
         self.count += len(raw)
 
     def settle(self) -> None:
         if self.failure is not None:
             self.recorder.fail(self.failure)
             return
-        _settle(
-            self.recorder,
-            self.request,
-            lambda: functools.partial(
-                _result_response, self.command, self.count, self.description, self.rows, self.count
-            ),
-        )
+        statement = self.statement
+        if statement is not None:
+            statement.row_count = self.count
+            statement.description = self.description
+            statement.rows = self.rows
+        _settle(self.recorder, statement)
 
 
 class RecordingCursor(_ext.cursor):
     """The recording layer mixed into every cursor class of a recorded connection."""
 
+    _reproit_pending: _Pending | None = None  # a named cursor's exchange still collecting rows
+
     def _reproit_settle(self) -> None:
-        pending: _Pending | None = self.__dict__.pop("_reproit_pending", None)
+        pending = self._reproit_pending
         if pending is not None:
+            self._reproit_pending = None
             pending.settle()
 
     def _reproit_after(
-        self, recorder: recording.ExchangeRecorder, request: dict[str, Any] | None
+        self, recorder: recording.ExchangeRecorder, statement: _Statement | None
     ) -> None:
-        if getattr(self.connection, "async_", 0):
+        """Record the result of a statement that ran without raising."""
+        if self.connection.async_:
             # The result arrives later through poll(); reading it here would break the caller.
             recorder.fail("statements on asynchronous connections are not recorded")
             return
         if self.name is None:
-            _settle(recorder, request, lambda: _snapshot(self))
+            if statement is not None:
+                try:
+                    _read_result(self, statement)
+                except Exception as exc:
+                    recorder.fail(_INTERNAL)
+                    absorb("psycopg2.record", exc)
+                    return
+            _settle(recorder, statement)
             return
-        self.__dict__["_reproit_pending"] = _Pending(recorder, request, self.statusmessage)
+        self._reproit_pending = _Pending(recorder, statement, self.statusmessage)
         connection = self.connection
         if isinstance(connection, RecordingConnection):
             connection._reproit_track(self)
 
     def _reproit_run(
         self,
-        recorder: recording.ExchangeRecorder | None,
-        request: dict[str, Any] | None,
-        call: Callable[[], Any],
+        recorder: recording.ExchangeRecorder,
+        statement: _Statement | None,
+        call: Callable[..., Any],
+        *args: Any,
     ) -> Any:
-        if recorder is None:
-            return call()
+        """``call(self, *args)``, recorded as ``statement``."""
         try:
-            result = call()
+            result = call(self, *args)
         except Exception as error:
-            _settle(recorder, request, functools.partial(_error_result, error))
+            _failed(recorder, statement, error)
             raise
         except BaseException:
             recorder.fail("interrupted while the statement ran")
             raise
-        self._reproit_after(recorder, request)
+        self._reproit_after(recorder, statement)
         return result
 
     def execute(self, query: Any, vars: Any = None) -> Any:
         """Run the statement; record it when an operation is being captured."""
-        self._reproit_settle()
-        recorder = _start(self)
-        request = None
-        if recorder is not None:
-            request = _build_request(
-                lambda: _request(
-                    statement_text(query, _render(self)),
-                    None if vars is None else encode_params(vars),
-                )
-            )
-        return self._reproit_run(
-            recorder, request, lambda: super(RecordingCursor, self).execute(query, vars)
-        )
+        if self._reproit_pending is not None:
+            self._reproit_settle()
+        recorder = recording.start_exchange(LIBRARY) if _active else None
+        if recorder is None:
+            return _execute(self, query, vars)
+        statement: _Statement | None
+        try:
+            new = _Statement()
+            new.text = query if type(query) is str else statement_text(query, _render(self))
+            new.params = None
+            if vars is None:
+                new.values = None
+            elif type(vars) is tuple:
+                for item in vars:
+                    kind = type(item)
+                    if kind not in _LASTING and (kind not in _NAIVE or item.tzinfo is not None):
+                        new.values = encode_params(vars)
+                        break
+                else:
+                    new.values = _LATER
+                    new.params = vars
+            else:
+                new.values = encode_params(vars)
+            new.response = None
+            new.rows = None
+            new.raw = None
+            statement = new
+        except Exception as exc:
+            absorb("psycopg2.request", exc)
+            statement = None
+        try:
+            result = _execute(self, query, vars)
+        except Exception as error:
+            _failed(recorder, statement, error)
+            raise
+        except BaseException:
+            recorder.fail("interrupted while the statement ran")
+            raise
+        if statement is None or self.name is not None or self.connection.async_:
+            self._reproit_after(recorder, statement)
+            return result
+        # A client-side cursor (the usual case), with _read_result and _settle inlined.
+        try:
+            description = self.description
+            if description is not None:
+                factory = self.row_factory
+                self.row_factory = None
+                try:
+                    raw = _fetchmany(self, MAX_PG_ROWS + 1)
+                finally:
+                    self.row_factory = factory
+                if raw:
+                    _scroll(self, 0, "absolute")
+                statement.raw = raw
+            statement.command = self.statusmessage
+            statement.row_count = self.rowcount
+            statement.description = description
+            _finish(recorder, statement)
+        except Exception as exc:
+            recorder.fail(_INTERNAL)
+            absorb("psycopg2.record", exc)
+        return result
 
     def executemany(self, query: Any, vars_list: Any) -> Any:
         """Run the statement once per parameter set; recorded as one exchange."""
-        self._reproit_settle()
-        recorder = _start(self)
+        if self._reproit_pending is not None:
+            self._reproit_settle()
+        recorder = recording.start_exchange(LIBRARY) if _active else None
         if recorder is None:
-            return super().executemany(query, vars_list)
+            return _executemany(self, query, vars_list)
         sets = list(vars_list)  # a generator must reach psycopg2 intact: iterate it once here
-        request = _build_request(
-            lambda: _request(
+        statement: _Statement | None = None
+        try:
+            statement = _statement(
                 statement_text(query, _render(self)), [encode_params(item) for item in sets]
             )
-        )
-        return self._reproit_run(
-            recorder, request, lambda: super(RecordingCursor, self).executemany(query, sets)
-        )
+        except Exception as exc:
+            absorb("psycopg2.request", exc)
+        return self._reproit_run(recorder, statement, _executemany, query, sets)
 
     def callproc(self, procname: Any, parameters: Any = None) -> Any:
         """Call a database function; recorded as ``SELECT * FROM name(...)`` with its values."""
-        self._reproit_settle()
-        recorder = _start(self)
-        request = None
-        if recorder is not None:
-            request = _build_request(
-                lambda: _request(
-                    callproc_text(str(procname), parameters),
-                    None if parameters is None else encode_params(parameters),
-                )
-            )
-        if parameters is None:
-            return self._reproit_run(
-                recorder, request, lambda: super(RecordingCursor, self).callproc(procname)
-            )
-        return self._reproit_run(
-            recorder, request, lambda: super(RecordingCursor, self).callproc(procname, parameters)
-        )
-
-    # Fetching: only a named cursor's pending exchange needs to see rows.
-
-    def fetchone(self) -> Any:
-        """Fetch the next row."""
-        pending: _Pending | None = self.__dict__.get("_reproit_pending")
-        if pending is None:
-            return super().fetchone()
-        raw = _raw_rows(self, _ext.cursor.fetchone)
-        pending.add(self, [] if raw is None else [raw])
-        if raw is None:
+        if self._reproit_pending is not None:
             self._reproit_settle()
-            return None
-        return build_row(self, raw)
-
-    def fetchmany(self, size: Any = None) -> Any:
-        """Fetch the next ``size`` rows (``arraysize`` by default)."""
-        pending: _Pending | None = self.__dict__.get("_reproit_pending")
-        if pending is None:
-            return super().fetchmany(size) if size is not None else super().fetchmany()
-        wanted = self.arraysize if size is None else size
-        raw = _raw_rows(self, _ext.cursor.fetchmany, wanted)
-        pending.add(self, raw)
-        if len(raw) < wanted or not raw:
-            self._reproit_settle()
-        return [build_row(self, values) for values in raw]
-
-    def fetchall(self) -> Any:
-        """Fetch every remaining row."""
-        pending: _Pending | None = self.__dict__.get("_reproit_pending")
-        if pending is None:
-            return super().fetchall()
-        raw = _raw_rows(self, _ext.cursor.fetchall)
-        pending.add(self, raw)
-        self._reproit_settle()
-        return [build_row(self, values) for values in raw]
-
-    def __next__(self) -> Any:
-        pending: _Pending | None = self.__dict__.get("_reproit_pending")
-        if pending is None:
-            return super().__next__()
+        recorder = recording.start_exchange(LIBRARY) if _active else None
+        if recorder is None:
+            if parameters is None:
+                return _callproc(self, procname)
+            return _callproc(self, procname, parameters)
+        statement: _Statement | None = None
         try:
-            raw = _raw_rows(self, _ext.cursor.__next__)
-        except StopIteration:
-            self._reproit_settle()
-            raise
-        pending.add(self, [raw])
-        return build_row(self, raw)
-
-    def scroll(self, value: Any, mode: str = "relative") -> Any:
-        """Move in the result; on a named cursor the rows are then no longer recordable."""
-        pending: _Pending | None = self.__dict__.get("_reproit_pending")
-        if pending is not None and pending.failure is None:
-            pending.failure = "scroll on a server-side cursor is not recorded"
-        return super().scroll(value, cast(Literal["relative", "absolute"], mode))
-
-    def close(self) -> Any:
-        """Close the cursor, finishing a named cursor's exchange first."""
-        self._reproit_settle()
-        return super().close()
+            statement = _statement(
+                callproc_text(str(procname), parameters),
+                None if parameters is None else encode_params(parameters),
+            )
+        except Exception as exc:
+            absorb("psycopg2.request", exc)
+        if parameters is None:
+            return self._reproit_run(recorder, statement, _callproc, procname)
+        return self._reproit_run(recorder, statement, _callproc, procname, parameters)
 
     def copy_expert(self, *args: Any, **kwargs: Any) -> Any:
         """COPY is not recorded: the operation is marked incomplete."""
@@ -455,17 +563,84 @@ class RecordingCursor(_ext.cursor):
         return super().copy_to(*args, **kwargs)
 
 
+class RecordingNamedCursor(RecordingCursor):
+    """The recording layer of a named (server-side) cursor: it also sees every fetch.
+
+    Only a named cursor's pending exchange needs the rows the application fetches.
+    """
+
+    def fetchone(self) -> Any:
+        """Fetch the next row."""
+        pending = self._reproit_pending
+        if pending is None:
+            return super().fetchone()
+        raw = _raw_rows(self, _ext.cursor.fetchone)
+        pending.add(self, [] if raw is None else [raw])
+        if raw is None:
+            self._reproit_settle()
+            return None
+        return build_row(self, raw)
+
+    def fetchmany(self, size: Any = None) -> Any:
+        """Fetch the next ``size`` rows (``arraysize`` by default)."""
+        pending = self._reproit_pending
+        if pending is None:
+            return super().fetchmany(size) if size is not None else super().fetchmany()
+        wanted = self.arraysize if size is None else size
+        raw = _raw_rows(self, _ext.cursor.fetchmany, wanted)
+        pending.add(self, raw)
+        if len(raw) < wanted or not raw:
+            self._reproit_settle()
+        return [build_row(self, values) for values in raw]
+
+    def fetchall(self) -> Any:
+        """Fetch every remaining row."""
+        pending = self._reproit_pending
+        if pending is None:
+            return super().fetchall()
+        raw = _raw_rows(self, _ext.cursor.fetchall)
+        pending.add(self, raw)
+        self._reproit_settle()
+        return [build_row(self, values) for values in raw]
+
+    def __next__(self) -> Any:
+        pending = self._reproit_pending
+        if pending is None:
+            return super().__next__()
+        try:
+            raw = _raw_rows(self, _ext.cursor.__next__)
+        except StopIteration:
+            self._reproit_settle()
+            raise
+        pending.add(self, [raw])
+        return build_row(self, raw)
+
+    def scroll(self, value: Any, mode: str = "relative") -> Any:
+        """Move in the result; on a named cursor the rows are then no longer recordable."""
+        pending = self._reproit_pending
+        if pending is not None and pending.failure is None:
+            pending.failure = "scroll on a server-side cursor is not recorded"
+        return super().scroll(value, cast(Literal["relative", "absolute"], mode))
+
+    def close(self) -> Any:
+        """Close the cursor, finishing a named cursor's exchange first."""
+        self._reproit_settle()
+        return super().close()
+
+
 class RecordingConnection(_ext.connection):
     """The recording layer mixed into the application's connection class."""
 
+    _reproit_named: weakref.WeakSet[RecordingCursor] | None = None
+
     def _reproit_track(self, cursor: RecordingCursor) -> None:
-        named = self.__dict__.get("_reproit_named")
+        named = self._reproit_named
         if named is None:
-            named = self.__dict__["_reproit_named"] = weakref.WeakSet()
+            named = self._reproit_named = weakref.WeakSet()
         named.add(cursor)
 
     def _reproit_settle_named(self) -> None:
-        named = self.__dict__.get("_reproit_named")
+        named = self._reproit_named
         if named:
             for cursor in list(named):
                 cursor._reproit_settle()
@@ -482,50 +657,73 @@ class RecordingConnection(_ext.connection):
         factory: Any = cursor_factory
         if factory is None:
             factory = self.cursor_factory
-        if factory is None:
-            factory = _ext.cursor
-        mixed = recording_cursor_class(factory)
-        return super().cursor(name, cursor_factory=mixed, scrollable=scrollable, withhold=withhold)
+        named = name is not None
+        if factory is None or factory is _ext.cursor:
+            mixed = _PLAIN_LAYERS[named]
+        else:
+            try:  # the cache _mixed keeps on the class itself
+                mixed = factory.__dict__[_CURSOR_CACHE_ATTR][named]
+            except (AttributeError, KeyError, TypeError):
+                mixed = None
+            if mixed is None:
+                mixed = recording_cursor_class(factory, named=named)
+        return _cursor(self, name, cursor_factory=mixed, scrollable=scrollable, withhold=withhold)
 
     def commit(self) -> Any:
         """Commit; named cursors' exchanges are finished first (the commit closes them)."""
-        self._reproit_settle_named()
+        if self._reproit_named:
+            self._reproit_settle_named()
         return super().commit()
 
     def rollback(self) -> Any:
         """Roll back; named cursors' exchanges are finished first."""
-        self._reproit_settle_named()
+        if self._reproit_named:
+            self._reproit_settle_named()
         return super().rollback()
 
     def close(self) -> Any:
         """Close the connection; named cursors' exchanges are finished first."""
-        self._reproit_settle_named()
+        if self._reproit_named:
+            self._reproit_settle_named()
         return super().close()
 
 
-def _mixed(base: Any, layer: type, cache_attr: str, root: type) -> Any:
-    """``base`` with ``layer`` mixed in just above the C type ``root`` (cached on ``base``)."""
+def _mixed(base: Any, layer: type, cache_attr: str, root: type, slot: int) -> Any:
+    """``base`` with ``layer`` mixed in just above the C type ``root``.
+
+    Cached on ``base`` itself (``base.__dict__[cache_attr][slot]``, so a class made per
+    connection is freed with it), or in a module table for C types.
+    """
     if not isinstance(base, type) or not issubclass(base, root):
         return base  # a factory function: nothing to subclass, left unrecorded
     if issubclass(base, layer):
         return base
+    heap = _is_heap(base) and base is not root
+    pair: list[Any] = []
+    if not heap:
+        cached = _c_type_cache.get((base, layer))
+        if cached is not None:
+            return cached
+    else:
+        if cache_attr in base.__dict__:
+            pair = base.__dict__[cache_attr]
+        else:
+            pair = [None, None]
+            setattr(base, cache_attr, pair)
+        if pair[slot] is not None:
+            return pair[slot]
     if base is root:
         # The layer on its own, under psycopg2's name ("cursor", "connection").
         namespace = {"__module__": root.__module__, "__qualname__": root.__qualname__}
-        cached = _c_type_cache.get(root)
-        if cached is None:
-            cached = _c_type_cache[root] = type(root.__name__, (layer,), namespace)
-        return cached
-    cached = base.__dict__.get(cache_attr) if _is_heap(base) else _c_type_cache.get(base)
-    if cached is not None:
-        return cached
-    namespace = {"__module__": base.__module__, "__qualname__": base.__qualname__}
-    metaclass: Any = type(base)
-    mixed = metaclass(base.__name__, (base, layer), namespace)
-    if _is_heap(base):
-        setattr(base, cache_attr, mixed)
+        mixed: Any = type(root.__name__, (layer,), namespace)
     else:
-        _c_type_cache[base] = mixed
+        namespace = {"__module__": base.__module__, "__qualname__": base.__qualname__}
+        metaclass: Any = type(base)
+        mixed = metaclass(base.__name__, (base, layer), namespace)
+    if heap:
+        pair[slot] = mixed
+    else:
+        _c_type_cache[(base, layer)] = mixed
     return mixed
 
 
@@ -536,13 +734,23 @@ def _is_heap(cls: type) -> bool:
     return bool(cls.__flags__ & _HEAPTYPE)
 
 
-def recording_cursor_class(factory: Any) -> Any:
-    """The application's cursor class with :class:`RecordingCursor` mixed in."""
-    return _mixed(factory, RecordingCursor, _CURSOR_CACHE_ATTR, _ext.cursor)
+def recording_cursor_class(factory: Any, *, named: bool = False) -> Any:
+    """The application's cursor class with the recording layer mixed in
+    (:class:`RecordingNamedCursor` for a named cursor, else :class:`RecordingCursor`)."""
+    if named:
+        return _mixed(factory, RecordingNamedCursor, _CURSOR_CACHE_ATTR, _ext.cursor, 1)
+    return _mixed(factory, RecordingCursor, _CURSOR_CACHE_ATTR, _ext.cursor, 0)
 
 
 def recording_connection_class(factory: Any) -> Any:
     """The application's connection class with :class:`RecordingConnection` mixed in."""
     return _mixed(
-        factory or _ext.connection, RecordingConnection, _CONN_CACHE_ATTR, _ext.connection
+        factory or _ext.connection, RecordingConnection, _CONN_CACHE_ATTR, _ext.connection, 0
     )
+
+
+# psycopg2's own cursor with each layer (a client-side cursor first, then a named one).
+_PLAIN_LAYERS: tuple[Any, Any] = (
+    recording_cursor_class(_ext.cursor),
+    recording_cursor_class(_ext.cursor, named=True),
+)

@@ -108,3 +108,52 @@ def test_duplicate_column_names_keep_every_value(postgres_dsn: str) -> None:
     recorded = record(postgres_dsn, app)
     assert recorded.exchanges[0]["response"]["rows"] == [{"a": 1, "a#1": 2, "b": 3}]
     assert replay(recorded.capsule(), app).result == recorded.result == [(1, 2, 3)]
+
+
+def test_parameters_are_recorded_as_they_were_when_the_statement_ran(postgres_dsn: str) -> None:
+    """Scalars are encoded when the exchange is built, anything mutable when it runs."""
+    import datetime as dt
+    import uuid
+
+    naive = dt.datetime(2024, 1, 31, 10, 11, 12, 5)
+    aware = dt.datetime(2024, 1, 31, 10, 11, 12, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    ident = uuid.UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11")
+
+    def app(connect: Any) -> Any:
+        conn = connect()
+        with conn.cursor() as cur:
+            scalars = (1, 2**60, 1.5, 2.0, "s", b"\x00", True, None, ident, naive.date(), naive)
+            cur.execute("SELECT " + ", ".join(["%s"] * len(scalars)), scalars)
+            cur.execute("SELECT %s::timestamptz", (aware,))
+            listed = [1, 2]
+            cur.execute("SELECT %s::int[]", (listed,))
+            listed.append(3)
+            positional = [7, 8]
+            cur.execute("SELECT %s, %s", positional)
+            positional[0] = 9
+            named = {"a": 1}
+            cur.execute("SELECT %(a)s", named)
+            named["a"] = 2
+        conn.close()
+        return None
+
+    recorded = record(postgres_dsn, app)
+    assert [exchange["request"]["values"] for exchange in recorded.exchanges] == [
+        [
+            1,
+            {"$pg": "int", "v": str(2**60)},
+            1.5,
+            {"$pg": "float", "v": "2.0"},
+            "s",
+            {"$pg": "bytes", "v": "AA=="},
+            True,
+            None,
+            {"$pg": "uuid", "v": str(ident)},
+            {"$pg": "date", "v": "2024-01-31"},
+            {"$pg": "datetime", "v": "2024-01-31T10:11:12.000005"},
+        ],
+        [{"$pg": "datetime", "v": "2024-01-31T10:11:12+02:00"}],
+        [[1, 2]],
+        [7, 8],
+        {"a": 1},
+    ]
