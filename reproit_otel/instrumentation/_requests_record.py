@@ -20,34 +20,41 @@ been read to its end, when a read raises (the response then carries an ``error``
 was read), or when the response is closed or garbage collected before its end (an abandoned
 stream: the exchange holds exactly the bytes the application read).
 
-What is kept while the call runs is raw and cheap: the method, the recorded URL, snapshots of
-the header lists, the status, the content types and the two body taps. The exchange itself
-(bounded headers and bodies, ``resource`` and ``key`` from the URL) is built from those only
-when the pipeline wants it (:meth:`~reproit_otel.recording.ExchangeRecorder.finish_deferred`),
-which for a capture is only when the operation fails. Nothing built later reads the live
-request or response, so what is recorded is what was seen when it was seen.
+What is kept while the call runs is raw and cheap, in one :class:`RecordedCall`: the method
+and URL strings of the prepared request (strings never change, so the recorded URL is worked
+out later), copies of the two header stores, the status and the two body taps. The exchange
+itself (recorded URL, bounded headers and bodies, content types, ``resource`` and ``key``) is
+built from those only when the pipeline wants it
+(:meth:`~reproit_otel.recording.ExchangeRecorder.finish_deferred`), which for a capture is
+only when the operation fails. Nothing built later reads the live request or response, so
+what is recorded is what was seen when it was seen.
+
+The reads of one response go through one small :class:`_BodyReads` object whose bound
+methods are set on that response; it is taken off again when the recording finishes, so a
+response read to its end or closed leaves no reference cycle behind.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import io
 import threading
-import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, TypedDict
 from urllib.parse import urlsplit, urlunsplit
 
 from requests.structures import CaseInsensitiveDict
+from urllib3.response import HTTPResponse
 
-from reproit_otel._guard import guarded
+from reproit_otel._guard import absorb, guarded
 from reproit_otel.instrumentation._exceptions import exception_type_name
 from reproit_otel.recording import ExchangeRecorder, Unrecordable
 from reproit_otel.wire._js import utf8_bytes
 from reproit_otel.wire.bounds import (
     MAX_BODY_BYTES,
+    MAX_STREAM_CHUNKS,
     StreamBoundaries,
+    StreamFields,
     bounded_body,
     bounded_headers,
     is_event_stream,
@@ -66,6 +73,7 @@ __all__ = [
 ]
 
 _READ_BLOCK = 65536
+_KEPT = MAX_BODY_BYTES + 1  # bytes of a body kept: one more than fits tells "too big"
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
 
 
@@ -130,34 +138,45 @@ def effect_key(method: str, url: str) -> str:
 class BodyTap:
     """Counts and hashes every byte given to it, keeps the first ``MAX_BODY_BYTES + 1``.
 
-    With ``boundaries`` it also notes each piece as one stream chunk (section 4.5). The hash
-    is started only once a body outgrows what is kept (until then the kept bytes are all of
-    it), so small bodies are never hashed.
+    With ``boundaries`` it also notes each piece as one stream chunk (section 4.5): the
+    lengths of the first ``MAX_STREAM_CHUNKS`` pieces are kept, later pieces only counted. The
+    hash is started only once a body outgrows what is kept (until then the kept bytes are all
+    of it), so small bodies are never hashed.
     """
 
-    __slots__ = ("_kept", "_sha", "boundaries", "size")
+    __slots__ = ("_chunks", "_kept", "_pieces", "_sha", "size")
 
     def __init__(self, *, boundaries: bool = False) -> None:
         self._sha: Any = None
         self._kept = bytearray()
         self.size = 0
-        self.boundaries = StreamBoundaries() if boundaries else None
+        self._chunks: list[int] | None = [] if boundaries else None
+        self._pieces = 0
 
     def add(self, data: bytes | bytearray | memoryview | str) -> None:
         """Account for one piece (a ``str`` counts as its UTF-8 bytes)."""
-        piece = utf8_bytes(data) if isinstance(data, str) else bytes(data)
-        if not piece:
+        if data.__class__ is bytes:
+            piece: Any = data
+        else:
+            piece = utf8_bytes(data) if isinstance(data, str) else bytes(data)
+        count = len(piece)
+        if not count:
             return
-        if self._sha is None and self.size + len(piece) > MAX_BODY_BYTES + 1:
-            self._sha = hashlib.sha256(self._kept)  # the kept bytes are everything so far
-        if self._sha is not None:
-            self._sha.update(piece)
-        self.size += len(piece)
-        room = MAX_BODY_BYTES + 1 - len(self._kept)
-        if room > 0:
-            self._kept += piece[:room]
-        if self.boundaries is not None:
-            self.boundaries.add(len(piece))
+        seen = self.size
+        total = seen + count
+        if total > _KEPT:
+            sha = self._sha
+            if sha is None:  # the kept bytes are everything so far
+                sha = self._sha = hashlib.sha256(self._kept)
+            sha.update(piece)
+        if seen < _KEPT:  # the kept bytes are the first min(size, _KEPT) bytes
+            self._kept += piece[: _KEPT - seen]
+        self.size = total
+        chunks = self._chunks
+        if chunks is not None:
+            self._pieces += 1
+            if self._pieces <= MAX_STREAM_CHUNKS:
+                chunks.append(count)
 
     def fields(self, content_type: str | None) -> dict[str, Any]:
         """The body fields of section 4.2 for everything added so far."""
@@ -165,6 +184,17 @@ class BodyTap:
             sha = self._sha if self._sha is not None else hashlib.sha256(self._kept)
             return {"bodyBytes": self.size, "bodySha256": sha.hexdigest(), "truncated": True}
         return bounded_body(bytes(self._kept) if self.size else None, content_type)
+
+    def stream(self, event_stream: bool) -> StreamFields | None:
+        """The ``stream`` field of the pieces added so far (``None``: no boundaries kept)."""
+        if self._chunks is None:
+            return None
+        boundaries = StreamBoundaries()
+        for length in self._chunks:
+            boundaries.add(length)
+        for _ in range(self._pieces - len(self._chunks)):
+            boundaries.add(0)  # past the cap a piece is only counted, whatever its length
+        return boundaries.result(event_stream)
 
 
 # ------------------------------------------------------------------------------ request body
@@ -246,6 +276,14 @@ def _observe_request_body(body: Any, tap: BodyTap) -> Any:
     return body
 
 
+# ------------------------------------------------------------------------------ headers
+
+# A header snapshot is either a copy of a CaseInsensitiveDict's store (the content type is then
+# looked up in it when the exchange is built: _FROM_STORE) or, for any other mapping, the list
+# of its items with the content type read at once.
+_FROM_STORE: Any = object()
+
+
 def _header_items(headers: Any) -> list[tuple[Any, Any]]:
     """A snapshot of a header mapping's items, as they are now."""
     if type(headers) is CaseInsensitiveDict:
@@ -253,6 +291,30 @@ def _header_items(headers: Any) -> list[tuple[Any, Any]]:
         # name to the (name as set, value) pair.
         return list(headers._store.values())  # type: ignore[attr-defined]
     return list((headers or {}).items())
+
+
+def _other_headers(headers: Any) -> tuple[list[tuple[Any, Any]], str | None]:
+    """The snapshot of a header mapping that is not requests' own: its items and content type."""
+    return _header_items(headers), _content_type(headers)
+
+
+def _headers_of(snapshot: Any, content_type: Any) -> tuple[Iterable[tuple[Any, Any]], str | None]:
+    """The header items and the content type of a snapshot."""
+    if content_type is _FROM_STORE:
+        # CaseInsensitiveDict.get("content-type") reads _store["content-type"][1].
+        pair = snapshot.get("content-type")
+        return snapshot.values(), _content_type_value(None if pair is None else pair[1])
+    return snapshot, content_type
+
+
+def _content_type(headers: Any) -> str | None:
+    return _content_type_value((headers or {}).get("content-type"))
+
+
+def _content_type_value(value: Any) -> str | None:
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("latin-1")
+    return value if isinstance(value, str) else None
 
 
 def _header_pairs(items: Iterable[tuple[Any, Any]]) -> list[tuple[str, str]]:
@@ -265,204 +327,167 @@ def _header_pairs(items: Iterable[tuple[Any, Any]]) -> list[tuple[str, str]]:
 
 # ------------------------------------------------------------------------------ the call
 
+# Makes "finish once" one step: a body can end in two threads at once (a read and a close).
+_finishing = threading.Lock()
+
 
 class RecordedCall:
-    """One ``HTTPAdapter.send`` being recorded."""
+    """One ``HTTPAdapter.send`` being recorded: what was seen of it, and its exchange.
+
+    :meth:`begin` takes the request's snapshots; then exactly one of :meth:`failed` (the
+    transport raised) or :meth:`responded` follows. The exchange is handed to the recorder
+    once: at once for a transport error, when the body ends for a response.
+    """
+
+    __slots__ = (
+        "_done",
+        "_error",
+        "_method",
+        "_reads",
+        "_recorder",
+        "_request_body",
+        "_request_headers",
+        "_request_type",
+        "_response_body",
+        "_response_headers",
+        "_response_type",
+        "_status",
+        "_url",
+    )
 
     def __init__(self, recorder: ExchangeRecorder, prepared: Any) -> None:
-        self._recorder = recorder
-        self._prepared: Any = prepared
-        self._original_body = prepared.body
-        self._body_tap = BodyTap()
-        self.method = _text(prepared.method or "")
-        self.url = recorded_url(prepared.url)
-        self._headers = _header_items(prepared.headers)
-        self._content_type = _content_type(prepared.headers)
+        # Let go of at the hand-over: the operation keeps this call, and must not keep the
+        # recorder's binding to itself through it.
+        self._recorder: ExchangeRecorder | None = recorder
+        # Strings do not change: the recorded URL and method text are worked out when built.
+        self._method: Any = prepared.method
+        self._url: Any = prepared.url
+        headers = prepared.headers
+        if headers.__class__ is CaseInsensitiveDict:
+            self._request_headers: Any = headers._store.copy()  # type: ignore[attr-defined]
+            self._request_type: Any = _FROM_STORE
+        else:
+            self._request_headers, self._request_type = _other_headers(headers)
+        self._request_body: BodyTap | None = None
+        self._status: int | None = None
+        self._response_headers: Any = None
+        self._response_type: Any = None
+        self._response_body = BodyTap(boundaries=True)
+        self._error: ErrorFields | None = None
+        self._reads: _BodyReads | None = None
+        self._done = False
 
     @property
     def resource(self) -> str:
         """The effect ``resource`` of this call (see :func:`resource_of`)."""
-        return resource_of(self.url)
+        return resource_of(recorded_url(self._url))
 
     @property
     def key(self) -> str:
         """The effect ``key`` of this call (see :func:`effect_key`)."""
-        return effect_key(self.method, self.url)
+        return effect_key(_text(self._method or ""), recorded_url(self._url))
 
     @classmethod
     def begin(cls, recorder: ExchangeRecorder, prepared: Any) -> RecordedCall:
-        """Start recording ``prepared``; its body may be swapped for a pass-through."""
-        call = cls(recorder, prepared)
-        prepared.body = _observe_request_body(call._original_body, call._body_tap)
-        return call
+        """Start recording ``prepared``; its body may be swapped for a pass-through.
 
-    def restore_body(self) -> None:
-        """Give the prepared request its own body back (redirects and hooks see it).
-
-        The call lets go of the prepared request (and of its body) here: what is recorded
-        was taken from it already.
+        The caller gives the prepared request its own body back once the transport is done
+        with it (redirects and hooks see it); the call keeps nothing of the request itself.
         """
-        self._prepared.body = self._original_body
-        self._prepared = None
-        self._original_body = None
+        call = cls(recorder, prepared)
+        body = prepared.body
+        if body is not None:
+            tap = call._request_body = BodyTap()
+            prepared.body = _observe_request_body(body, tap)
+        return call
 
     def failed(self, error: BaseException) -> None:
         """The transport raised ``error``: record it as the response."""
-        fields: dict[str, Any] = {"error": describe_error(error)}
-        self._finish(lambda: fields)
+        self._error = describe_error(error)
+        self._done = True
+        recorder, self._recorder = self._recorder, None
+        if recorder is not None:
+            recorder.finish_deferred("call", self._build)
 
     def responded(self, response: Any) -> None:
         """A response came back: record it as the application reads its body."""
-        raw = getattr(response, "raw", None)
-        recording = _ResponseRecording(self, response)
-        if raw is None or not callable(getattr(raw, "read", None)):
-            recording.finish()  # not a urllib3 body: nothing the application can read
-            return
-        _tap_raw(raw, recording)
-        if _exhausted(raw):
-            recording.finish()
-
-    def _finish(self, response: Callable[[], dict[str, Any]]) -> None:
-        """Hand the exchange over; it is built from the snapshots only when wanted."""
-        request = _RequestSnapshot(
-            self.method, self.url, self._headers, self._body_tap, self._content_type
-        )
-        self._recorder.finish_deferred("call", functools.partial(request.exchange, response))
-
-    def abandon(self, reason: str) -> None:
-        """Our own code failed: the operation is told this call could not be recorded."""
-        self._recorder.fail(reason)
-
-
-def _content_type(headers: Any) -> str | None:
-    value = (headers or {}).get("content-type")
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode("latin-1")
-    return value if isinstance(value, str) else None
-
-
-# The weak references that finish a response's recording when it is collected (see watch).
-_watches: set[weakref.ref[Any]] = set()
-
-
-class _ResponseRecording:
-    """The response half: accumulates the body the application reads, finishes once."""
-
-    def __init__(self, call: RecordedCall, response: Any) -> None:
-        self._call = call
-        self._lock = threading.Lock()
-        self._done = False
-        self._tap = BodyTap(boundaries=True)
+        try:
+            raw = response.raw
+        except AttributeError:
+            raw = None
         self._status = int(response.status_code)
-        self._headers = _header_items(response.headers)
-        self._content_type = _content_type(response.headers)
-        self._watch: weakref.ref[Any] | None = None
-        self._untap: Callable[[], None] | None = None
-
-    def on_finish(self, untap: Callable[[], None]) -> None:
-        """Call ``untap`` when the recording finishes (it removes the response's taps)."""
-        self._untap = untap
-
-    def watch(self, raw: Any) -> None:
-        """Finish when ``raw`` is collected before its end (an unread, unclosed stream).
-
-        The weak reference is held by a module-level set (so its callback runs even when the
-        response, its taps and this recording are collected together as one cycle) and by
-        this recording, until :meth:`finish` lets go of it.
-        """
-        self._watch = weakref.ref(raw, self._collected)
-        _watches.add(self._watch)
-
-    def _collected(self, _ref: object) -> None:
-        self.finish()
-
-    def add(self, data: bytes) -> None:
-        # Called from inside the application's reads: never let a defect of ours reach them.
-        with guarded("requests.record_body"), self._lock:
-            if not self._done:
-                self._tap.add(data)
+        headers = response.headers
+        if headers.__class__ is CaseInsensitiveDict:
+            self._response_headers = headers._store.copy()  # type: ignore[attr-defined]
+            self._response_type = _FROM_STORE
+        else:
+            self._response_headers, self._response_type = _other_headers(headers)
+        if raw is None or not (
+            (raw.__class__ is HTTPResponse and "read" not in raw.__dict__)
+            or callable(getattr(raw, "read", None))
+        ):
+            self.finish()  # not a urllib3 body: nothing the application can read
+        elif _exhausted(raw):
+            self.finish()
+        else:
+            self._reads = _BodyReads(self, raw)
 
     def finish(self, error: BaseException | None = None) -> None:
-        with self._lock:
+        """The body ended (or broke off with ``error``): hand the exchange over, once."""
+        with _finishing:
             if self._done:
                 return
             self._done = True
-            if self._watch is not None:
-                _watches.discard(self._watch)
-                self._watch = None
-            untap, self._untap = self._untap, None
-        with guarded("requests.record_body"):
-            if untap is not None:
-                untap()
-            self._finish(error)
-
-    def _finish(self, error: BaseException | None) -> None:
+        recorder, self._recorder = self._recorder, None
+        reads, self._reads = self._reads, None
+        if recorder is None:
+            return
         try:
-            fields = functools.partial(
-                _response_fields,
-                self._status,
-                self._headers,
-                self._tap,
-                self._content_type,
-                None if error is None else describe_error(error),
-            )
-            self._call._finish(fields)
-        except BaseException:
-            self._call.abandon("the response could not be recorded")
-            raise
+            if reads is not None:
+                reads.untap()
+            try:
+                if error is not None:
+                    self._error = describe_error(error)
+                recorder.finish_deferred("call", self._build)
+            except BaseException:
+                recorder.fail("the response could not be recorded")
+                raise
+        except Exception as exc:  # called from inside the application's reads
+            absorb("requests.record_body", exc)
 
-
-# The builders below run when the exchange is wanted; they see only the snapshots.
-
-
-class _RequestSnapshot:
-    """What was seen of the request: enough to build the exchange later."""
-
-    __slots__ = ("body", "content_type", "headers", "method", "url")
-
-    def __init__(
-        self,
-        method: str,
-        url: str,
-        headers: list[tuple[Any, Any]],
-        body: BodyTap,
-        content_type: str | None,
-    ) -> None:
-        self.method = method
-        self.url = url
-        self.headers = headers
-        self.body = body
-        self.content_type = content_type
-
-    def exchange(self, response: Callable[[], dict[str, Any]]) -> tuple[str, str, dict[str, Any]]:
-        """``(resource, key, exchange)`` of the call, with ``response()`` as its response."""
+    def _build(self) -> tuple[str, str, dict[str, Any]]:
+        """``(resource, key, exchange)`` of the call, from the snapshots alone."""
         with guarded("requests.build_exchange"):
-            request: dict[str, Any] = {"method": self.method, "url": self.url}
-            request.update(bounded_headers(_header_pairs(self.headers)))
-            request.update(self.body.fields(self.content_type))
-            exchange = {"protocol": "http", "request": request, "response": response()}
-            return resource_of(self.url), effect_key(self.method, self.url), exchange
+            method = _text(self._method or "")
+            url = recorded_url(self._url)
+            items, content_type = _headers_of(self._request_headers, self._request_type)
+            request: dict[str, Any] = {"method": method, "url": url}
+            request.update(bounded_headers(_header_pairs(items)))
+            body = self._request_body
+            if body is None:
+                request.update(bounded_body(None, content_type))
+            else:
+                request.update(body.fields(content_type))
+            exchange = {"protocol": "http", "request": request, "response": self._response()}
+            return resource_of(url), effect_key(method, url), exchange
         raise Unrecordable("the exchange could not be recorded")
 
-
-def _response_fields(
-    status: int,
-    headers: list[tuple[Any, Any]],
-    tap: BodyTap,
-    content_type: str | None,
-    error: ErrorFields | None,
-) -> dict[str, Any]:
-    response: dict[str, Any] = {"status": status}
-    response.update(bounded_headers(_header_pairs(headers)))
-    body = tap.fields(content_type)
-    response.update(body)
-    if "body" in body and tap.boundaries is not None:
-        stream = tap.boundaries.result(is_event_stream(content_type))
-        if stream is not None:
-            response["stream"] = stream
-    if error is not None:
-        response["error"] = error
-    return response
+    def _response(self) -> dict[str, Any]:
+        if self._status is None:  # the transport raised: its error is the response
+            return {"error": self._error}
+        response: dict[str, Any] = {"status": self._status}
+        items, content_type = _headers_of(self._response_headers, self._response_type)
+        response.update(bounded_headers(_header_pairs(items)))
+        tap = self._response_body
+        body = tap.fields(content_type)
+        response.update(body)
+        if "body" in body:
+            stream = tap.stream(is_event_stream(content_type))
+            if stream is not None:
+                response["stream"] = stream
+        if self._error is not None:
+            response["error"] = self._error
+        return response
 
 
 def _exhausted(raw: Any) -> bool:
@@ -472,123 +497,184 @@ def _exhausted(raw: Any) -> bool:
             return False
     except Exception:
         return False
-    buffered = getattr(raw, "_decoded_buffer", None)
+    try:
+        buffered = raw._decoded_buffer
+    except AttributeError:
+        buffered = None
     if buffered is not None and len(buffered) > 0:
         return False
-    decoder = getattr(raw, "_decoder", None)
+    try:
+        decoder = raw._decoder
+    except AttributeError:
+        return True
     return not (decoder is not None and getattr(decoder, "has_unconsumed_tail", False))
 
 
-class _ReadState:
-    """Whether a read of the response is under way (urllib3 closes itself inside reads)."""
+class _BodyReads:
+    """The body reads of one urllib3 response, recorded into its :class:`RecordedCall`.
 
-    __slots__ = ("close_pending", "depth")
+    Its bound methods ``read``, ``read1``, ``read_chunked`` and ``close`` are set as instance
+    attributes of that one response (the class, other responses and the bytes the application
+    receives stay exactly as they were); :meth:`untap` takes them off again. A ``close()`` that
+    urllib3 makes inside a read (it does before raising a protocol error) is settled by that
+    read, so the error is recorded with the exchange.
 
-    def __init__(self) -> None:
-        self.depth = 0
-        self.close_pending = False
-
-
-def _tap_raw(raw: Any, recording: _ResponseRecording) -> None:
-    """Route the body reads of this one urllib3 response through ``recording``.
-
-    Only instance attributes are set: the class, other responses and the bytes the
-    application receives stay exactly as they were. A ``close()`` that urllib3 makes inside
-    a read (it does before raising a protocol error) is settled by that read, so the error is
-    recorded with the exchange.
-
-    The taps hold ``raw`` (they call its own methods), so while they are set ``raw`` is part
-    of a reference cycle. The recording removes them when it finishes, which gives ``raw``
-    back its own methods and lets reference counting free it; only a stream that is neither
-    read to its end nor closed is left to the cyclic collector (and recorded when collected).
+    While the taps are set the response, this object and the call form a reference cycle;
+    the call's finish removes the taps and lets go of this object, so reference counting
+    frees the response. Only a stream neither read to its end nor closed is left to the cyclic
+    collector, and the call is finished when it is collected (the response's own finalizer
+    closes it, and :meth:`__del__` covers any other body object).
     """
-    state = _ReadState()
 
-    def settle(data: bytes | None, amt: Any) -> None:
+    __slots__ = (
+        "_call",
+        "_chunked",
+        "_close",
+        "_close_pending",
+        "_depth",
+        "_previous",
+        "_raw",
+        "_read",
+        "_read1",
+    )
+
+    def __init__(self, call: RecordedCall, raw: Any) -> None:
+        self._call = call
+        self._raw = raw
+        self._depth = 0  # reads under way: a read inside a read passes through
+        self._close_pending = False
+        self._previous: dict[str, Any] | None = None  # instance attributes the taps replaced
+        own = raw.__dict__
+        if raw.__class__ is HTTPResponse and not (
+            "read" in own or "read1" in own or "read_chunked" in own or "close" in own
+        ):
+            self._read: Any = raw.read
+            self._read1: Any = raw.read1
+            self._chunked: Any = raw.read_chunked
+            self._close: Any = raw.close
+            own["read"] = self.read
+            own["read1"] = self.read1
+            own["read_chunked"] = self.read_chunked
+            own["close"] = self.close
+        else:
+            self._tap_any(raw, own)
+
+    def _tap_any(self, raw: Any, own: dict[str, Any]) -> None:
+        """Set the taps on a body object of any kind (the methods it does not have are left)."""
+        chunked = getattr(raw, "read_chunked", None)
+        self._chunked = chunked if callable(chunked) else None
+        self._close = raw.close
+        self._read = raw.read
+        read1 = getattr(raw, "read1", None)
+        self._read1 = read1 if callable(read1) else None
+        taps: dict[str, Any] = {"read": self.read}
+        if self._read1 is not None:
+            taps["read1"] = self.read1
+        if self._chunked is not None:
+            taps["read_chunked"] = self.read_chunked
+        taps["close"] = self.close
+        self._previous = {name: own[name] for name in taps if name in own} or None
+        own.update(taps)
+
+    def untap(self) -> None:
+        """Give the response its own methods back (or what was set on it before the taps)."""
+        own = self._raw.__dict__
+        previous = self._previous
+        for name, tap in (
+            ("read", self.read),
+            ("read1", self.read1),
+            ("read_chunked", self.read_chunked),
+            ("close", self.close),
+        ):
+            if name in own and own[name] == tap:
+                if previous is not None and name in previous:
+                    own[name] = previous[name]
+                else:
+                    del own[name]
+
+    def __del__(self) -> None:
+        call = self._call
+        if not call._done:  # collected before its end: the bytes read so far are the body
+            call.finish()
+
+    def read(self, *args: Any, **kwargs: Any) -> Any:
+        call = self._call
+        if self._depth or call._done:  # a read inside a read (the outer one records), or late
+            return self._read(*args, **kwargs)
+        self._depth += 1
+        try:
+            data = self._read(*args, **kwargs)
+        except Exception as error:
+            call.finish(error)
+            raise
+        finally:
+            self._depth -= 1
+        self._settle(data, args, kwargs)
+        return data
+
+    def read1(self, *args: Any, **kwargs: Any) -> Any:
+        call = self._call
+        if self._depth or call._done:
+            return self._read1(*args, **kwargs)
+        self._depth += 1
+        try:
+            data = self._read1(*args, **kwargs)
+        except Exception as error:
+            call.finish(error)
+            raise
+        finally:
+            self._depth -= 1
+        self._settle(data, args, kwargs)
+        return data
+
+    def _settle(self, data: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """After a read: record what it gave; finish when the body ended or was closed."""
+        call = self._call
         if data:
-            recording.add(data)
-        if state.close_pending or (not data and amt != 0) or _exhausted(raw):
-            recording.finish()
+            if not call._done:
+                try:
+                    call._response_body.add(data)
+                except Exception as exc:  # never let a defect of ours reach the read
+                    absorb("requests.record_body", exc)
+            if self._close_pending or _exhausted(self._raw):
+                call.finish()
+        elif (
+            self._close_pending
+            or (args[0] if args else kwargs.get("amt")) != 0
+            or _exhausted(self._raw)
+        ):
+            call.finish()
 
-    def reading(method: Callable[..., Any]) -> Callable[..., Any]:
-        def read(*args: Any, **kwargs: Any) -> Any:
-            if state.depth:  # a read inside a read: the outer one records
-                return method(*args, **kwargs)
-            state.depth += 1
-            try:
-                data = method(*args, **kwargs)
-            except Exception as error:
-                recording.finish(error)
-                raise
-            finally:
-                state.depth -= 1
-            settle(data, args[0] if args else kwargs.get("amt"))
-            return data
-
-        return read
-
-    original_chunked = raw.read_chunked if callable(getattr(raw, "read_chunked", None)) else None
-
-    def read_chunked(*args: Any, **kwargs: Any) -> Iterator[bytes]:
-        assert original_chunked is not None
-        pieces = original_chunked(*args, **kwargs)
+    def read_chunked(self, *args: Any, **kwargs: Any) -> Iterator[bytes]:
+        call = self._call
+        pieces = self._chunked(*args, **kwargs)
         try:
             while True:
-                state.depth += 1
+                self._depth += 1
                 try:
                     piece = next(pieces)
                 except StopIteration:
                     break
                 except Exception as error:
-                    recording.finish(error)
+                    call.finish(error)
                     raise
                 finally:
-                    state.depth -= 1
-                if piece:
-                    recording.add(piece)
+                    self._depth -= 1
+                if piece and not call._done:
+                    try:
+                        call._response_body.add(piece)
+                    except Exception as exc:
+                        absorb("requests.record_body", exc)
                 yield piece
         finally:
             pieces.close()  # the reader stopped early: close() or garbage collection finishes
-        recording.finish()
+        call.finish()
 
-    original_close = raw.close
-
-    def close() -> None:
+    def close(self) -> None:
         try:
-            original_close()
+            self._close()
         finally:
-            if state.depth:
-                state.close_pending = True
+            if self._depth:
+                self._close_pending = True
             else:
-                recording.finish()
-
-    taps: dict[str, Callable[..., Any]] = {"read": reading(raw.read)}
-    if callable(getattr(raw, "read1", None)):
-        taps["read1"] = reading(raw.read1)
-    if original_chunked is not None:
-        taps["read_chunked"] = read_chunked
-    taps["close"] = close
-    own = vars(raw)
-    # What untap needs, without holding ``raw`` or the taps (the recording it is handed to
-    # must not keep the response alive): a weak reference and the taps' identities.
-    previous = {name: own[name] for name in taps if name in own}
-    tap_ids = {name: id(tap) for name, tap in taps.items()}
-    raw_ref = weakref.ref(raw)
-    own.update(taps)
-    del own
-
-    def untap() -> None:
-        target = raw_ref()
-        if target is None:
-            return
-        attributes = vars(target)
-        for name, tap_id in tap_ids.items():
-            if id(attributes.get(name)) == tap_id:
-                if name in previous:
-                    attributes[name] = previous[name]
-                else:
-                    del attributes[name]
-
-    recording.on_finish(untap)
-    # A stream the application neither finishes nor closes is recorded when it is collected.
-    recording.watch(raw)
+                self._call.finish()

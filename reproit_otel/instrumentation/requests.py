@@ -104,7 +104,7 @@ import requests.adapters
 import requests.exceptions
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
-from reproit_otel._guard import guarded
+from reproit_otel._guard import absorb
 from reproit_otel.config import load_config
 from reproit_otel.instrumentation._requests_record import RecordedCall
 from reproit_otel.instrumentation._requests_replay import (
@@ -117,7 +117,6 @@ from reproit_otel.instrumentation._requests_replay import (
 )
 from reproit_otel.recording import (
     is_suppressed,
-    recording_enabled,
     registered_secret_values,
     start_exchange,
 )
@@ -143,45 +142,52 @@ _serve_lock = threading.Lock()
 
 
 def _recording_send(original: _Send) -> _Send:
+    # Every step of ours is in a try/except: a defect of the recorder never reaches the call
+    # (see reproit_otel._guard.absorb); the call itself always runs outside those blocks.
     def send(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
-        recorder = None
-        with guarded("requests.start_exchange"):
-            if recording_enabled():
-                recorder = start_exchange("requests")
+        try:
+            recorder = start_exchange("requests")
+        except Exception as exc:
+            absorb("requests.start_exchange", exc)
+            recorder = None
         if recorder is None:
             return original(self, request, *args, **kwargs)
+        body = request.body
         call: RecordedCall | None = None
-        with guarded("requests.record_request"):
-            try:
-                call = RecordedCall.begin(recorder, request)
-            except BaseException:
-                recorder.fail("the request could not be recorded")
+        try:
+            call = RecordedCall.begin(recorder, request)
+        except BaseException as exc:
+            recorder.fail("the request could not be recorded")
+            if not isinstance(exc, Exception):
                 raise
+            absorb("requests.record_request", exc)
         if call is None:
             return original(self, request, *args, **kwargs)
         try:
             response = original(self, request, *args, **kwargs)
         except BaseException as error:
-            call.restore_body()
-            with guarded("requests.record_error"):
-                _recording(call, call.failed, error)
+            request.body = body  # redirects and hooks see the request's own body
+            try:
+                call.failed(error)
+            except BaseException as exc:
+                recorder.fail("the exchange could not be recorded")
+                if not isinstance(exc, Exception):
+                    raise
+                absorb("requests.record_error", exc)
             raise
-        call.restore_body()
-        with guarded("requests.record_response"):
-            _recording(call, call.responded, response)
+        request.body = body
+        try:
+            call.responded(response)
+        except BaseException as exc:
+            recorder.fail("the exchange could not be recorded")
+            if not isinstance(exc, Exception):
+                raise
+            absorb("requests.record_response", exc)
         return response
 
     send.__reproit_recorder__ = True  # type: ignore[attr-defined]
     send.__wrapped__ = original  # type: ignore[attr-defined]
     return send
-
-
-def _recording(call: RecordedCall, step: Callable[[Any], None], value: Any) -> None:
-    try:
-        step(value)
-    except BaseException:
-        call.abandon("the exchange could not be recorded")
-        raise
 
 
 def install_recorder() -> None:

@@ -37,7 +37,7 @@ HOOKS: list[tuple[Any, str, str | None]] = [
     (_requests_record.RecordedCall, "begin", "requests.record_request"),
     (_requests_record.RecordedCall, "responded", "requests.record_response"),
     (_requests_record.RecordedCall, "failed", "requests.record_error"),
-    (_requests_record, "recorded_url", "requests.record_request"),
+    (_requests_record, "recorded_url", "requests.build_exchange"),
     (_pg_record, "recording_connection_class", "psycopg2.connect"),
     (_pg_record, "_finish", "psycopg2.record"),
     (_pg_record, "_encode_rows", "psycopg2.record"),
