@@ -744,11 +744,14 @@ def recording_cursor_class(factory: Any, *, named: bool = False) -> Any:
 
 def recording_connection_class(factory: Any) -> Any:
     """The application's connection class with :class:`RecordingConnection` mixed in."""
-    return _mixed(
-        factory or _ext.connection, RecordingConnection, _CONN_CACHE_ATTR, _ext.connection, 0
-    )
+    if factory is None or factory is _ext.connection:
+        return _plain_connection
+    return _mixed(factory, RecordingConnection, _CONN_CACHE_ATTR, _ext.connection, 0)
 
 
+_plain_connection: Any = _mixed(
+    _ext.connection, RecordingConnection, _CONN_CACHE_ATTR, _ext.connection, 0
+)
 # psycopg2's own cursor with each layer (a client-side cursor first, then a named one).
 _PLAIN_LAYERS: tuple[Any, Any] = (
     recording_cursor_class(_ext.cursor),

@@ -66,7 +66,7 @@ from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
-from reproit_otel._guard import guarded
+from reproit_otel._guard import absorb
 
 __all__ = ["Psycopg2ReplayInstrumentor", "install_recorder", "uninstall_recorder"]
 
@@ -99,8 +99,10 @@ def install_recorder() -> bool:
 
     def _connect(dsn: Any, connection_factory: Any = None, **kwargs: Any) -> Any:
         factory = connection_factory
-        with guarded("psycopg2.connect"):
+        try:
             factory = _pg_record.recording_connection_class(connection_factory)
+        except Exception as exc:
+            absorb("psycopg2.connect", exc)
         return original(dsn, connection_factory=factory, **kwargs)
 
     _recorder_original = original
