@@ -65,6 +65,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 from reproit_otel._guard import absorb
+from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.batch import (
     CaptureEnvironment,
     CaptureSettings,
@@ -152,14 +153,15 @@ _DECIDED_ON_SETTLED_EVENTS = frozenset({"unfinished", "not-a-failure"})
 def _healthy(trace: object) -> str | None:
     """``"not-a-failure"`` when a finished trace's return event alone shows it succeeded.
 
-    The common case, answered without listing events: a ``BackendTrace`` knows its ``return``
-    event and whether any event could be an agent oracle marker. Otherwise None (decide on the
+    The common case, answered without building any event: a ``BackendTrace`` knows the status
+    it returned and whether any event could be an agent oracle marker. Otherwise None (decide on the
     events, as :func:`~reproit_otel.wire.batch.capture_eligibility` does).
     """
-    returned = getattr(trace, "return_event", None)
-    if returned is None or getattr(trace, "may_hold_oracle_marker", True):
+    if getattr(trace, "finished", False) is not True:
         return None
-    status = operation_status(returned)
+    if getattr(trace, "may_hold_oracle_marker", True):
+        return None
+    status = operation_status({"status": getattr(trace, "return_status", UNSET)})
     return "not-a-failure" if status is None or status < 500 else None
 
 

@@ -63,6 +63,7 @@ event and any oracle marker are always among the settled events.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import itertools
 import math
@@ -342,6 +343,26 @@ class _Deferred:
         self.mono_ns = mono_ns
 
 
+class _Unjoined(_Deferred):
+    """A ``return`` event whose fields are known but not yet joined to the common fields.
+
+    Only a trace whose common fields are themselves deferred holds one (see
+    :meth:`BackendTrace._join_return_locked`); it counts as settled, never as deferred.
+    """
+
+    __slots__ = ("fields",)
+
+    def __init__(
+        self, fields: dict[str, Any], sequence: int, at: int | None, mono_ns: int | None
+    ) -> None:
+        super().__init__("return", _no_fields, sequence, at, mono_ns)
+        self.fields = fields
+
+
+def _no_fields() -> None:
+    return None
+
+
 DeferredEffect = Callable[[], "tuple[Any, Any, Any] | None"]
 """Builds a deferred effect's ``(resource, key, exchange)`` (each may be :data:`UNSET`), or
 returns ``None`` when it cannot: the effect is then left out of the trace."""
@@ -389,21 +410,70 @@ class CaptureContext:
         self.replay_seed = replay_seed
 
 
+def _common_fields(
+    context: TraceContext | CaptureContext,
+    name: str,
+    *,
+    span_id: Any = UNSET,
+    tenant: Any = UNSET,
+    idempotency_key: Any = UNSET,
+    selections: Any = UNSET,
+) -> dict[str, Any]:
+    """The fields every event of a trace carries (see :meth:`BackendTrace.begin`).
+
+    ``name`` is the bounded operation name. Raises ``TraceError`` ``InvalidOperation`` for an
+    explicit span id that is empty or too long.
+    """
+    if _absent(span_id):
+        span: str | None = _default_span_id(context.trace_id, name)
+    else:
+        span = _bounded(js_string(span_id), MAX_SPAN_ID)
+    if span is None:
+        raise TraceError("InvalidOperation")
+    common: dict[str, Any] = {"traceId": context.trace_id, "spanId": span}
+    action_index: Any = context.action_index
+    if action_index is not UNSET:  # a context read from JSON may lack it
+        common["actionIndex"] = action_index
+    common["operation"] = name
+    if _truthy(context.actor):
+        common["actor"] = context.actor
+    if _truthy(context.build):
+        common["build"] = context.build
+    if _truthy(context.config_contract):
+        common["configContract"] = context.config_contract
+    if context.capture_envelope is True and isinstance(context.replay_seed, str):
+        common["replaySeed"] = context.replay_seed
+    bounded_tenant = None if _absent(tenant) else _bounded(js_string(tenant), MAX_TENANT)
+    if bounded_tenant is not None:
+        common["tenant"] = bounded_tenant
+    if not _absent(idempotency_key):
+        common["idempotencyKey"] = identity(js_string(idempotency_key))
+    if isinstance(selections, (list, tuple)) and selections:
+        common["selections"] = list(selections[:MAX_EVENTS])
+    return common
+
+
 class BackendTrace:
     """The events of one traced operation. Open one with :meth:`begin`."""
 
     def __init__(
         self,
-        common: Mapping[str, Any],
+        common: Mapping[str, Any] | None,
         *,
         capture_envelope: bool = False,
         wall_ms: Callable[[], int] | None = None,
         mono_ns: Callable[[], int] | None = None,
+        common_factory: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
-        self._common: dict[str, Any] = dict(common)
+        """``common`` are the fields every event carries; ``None`` with ``common_factory``
+        (internal) builds them when an event first needs them."""
+        self._common: dict[str, Any] | None = None if common is None else dict(common)
+        self._common_factory = common_factory
         self._events: list[TraceEvent | _Deferred] = []
         self._deferred = 0
-        self._pending_output: tuple[TraceEvent, Callable[[], Any]] | None = None
+        self._pending_output: tuple[TraceEvent | None, Callable[[], Any]] | None = None
+        self._unjoined: _Unjoined | None = None
+        self._return_status: Any = UNSET
         self._finished = False
         self._lock = threading.Lock()
         self._capture_envelope = capture_envelope
@@ -448,40 +518,30 @@ class BackendTrace:
         name = _bounded(js_string(operation), MAX_OPERATION)
         if name is None:
             raise TraceError("InvalidOperation")
-        if _absent(span_id):
-            span: str | None = _default_span_id(context.trace_id, name)
-        else:
-            span = _bounded(js_string(span_id), MAX_SPAN_ID)
-        if span is None:
-            raise TraceError("InvalidOperation")
-
-        common: dict[str, Any] = {"traceId": context.trace_id, "spanId": span}
-        action_index: Any = context.action_index
-        if action_index is not UNSET:  # a context read from JSON may lack it
-            common["actionIndex"] = action_index
-        common["operation"] = name
-        if _truthy(context.actor):
-            common["actor"] = context.actor
-        if _truthy(context.build):
-            common["build"] = context.build
-        if _truthy(context.config_contract):
-            common["configContract"] = context.config_contract
-        if context.capture_envelope is True and isinstance(context.replay_seed, str):
-            common["replaySeed"] = context.replay_seed
-        bounded_tenant = None if _absent(tenant) else _bounded(js_string(tenant), MAX_TENANT)
-        if bounded_tenant is not None:
-            common["tenant"] = bounded_tenant
-        if not _absent(idempotency_key):
-            common["idempotencyKey"] = identity(js_string(idempotency_key))
-        if isinstance(selections, (list, tuple)) and selections:
-            common["selections"] = list(selections[:MAX_EVENTS])
-
-        trace = cls(
-            common,
-            capture_envelope=context.capture_envelope is True,
-            wall_ms=wall_ms,
-            mono_ns=mono_ns,
+        envelope = context.capture_envelope is True
+        plain = _absent(span_id) and _absent(tenant) and _absent(idempotency_key)
+        if input_factory is not None and plain and selections is UNSET:
+            # The capture pipeline's case: nothing left can fail (a default span id is always
+            # valid), so the common fields are built only if an event is read.
+            trace = cls(
+                None,
+                capture_envelope=envelope,
+                wall_ms=wall_ms,
+                mono_ns=mono_ns,
+                common_factory=functools.partial(_common_fields, context, name),
+            )
+            factory = input_factory
+            trace._defer("start", lambda: {"input": redact(factory())})
+            return trace
+        common = _common_fields(
+            context,
+            name,
+            span_id=span_id,
+            tenant=tenant,
+            idempotency_key=idempotency_key,
+            selections=selections,
         )
+        trace = cls(common, capture_envelope=envelope, wall_ms=wall_ms, mono_ns=mono_ns)
         if input_factory is None:
             trace._push("start", {"input": redact(None if input is UNSET else input)})
         else:
@@ -498,6 +558,8 @@ class BackendTrace:
         Builds any deferred event first.
         """
         with self._lock:
+            if self._unjoined is not None:
+                self._join_return_locked()
             if self._deferred:
                 self._materialize_locked()
             return cast(list[TraceEvent], list(self._events))  # none is deferred now
@@ -509,12 +571,23 @@ class BackendTrace:
         finished trace is a failure can be read from these alone.
         """
         with self._lock:
+            if self._unjoined is not None:
+                self._join_return_locked()
             return [event for event in self._events if not isinstance(event, _Deferred)]
 
     @property
     def return_event(self) -> TraceEvent | None:
         """The ``return`` event once :meth:`finish` pushed it (its ``output`` may be deferred)."""
-        return self._returned
+        with self._lock:
+            if self._unjoined is not None:
+                self._join_return_locked()
+            return self._returned
+
+    @property
+    def return_status(self) -> Any:
+        """The ``status`` :meth:`finish` recorded (:data:`UNSET` when none, or unfinished);
+        read without building any event."""
+        return self._return_status
 
     @property
     def may_hold_oracle_marker(self) -> bool:
@@ -529,6 +602,8 @@ class BackendTrace:
     def materialize(self) -> None:
         """Build every deferred event now (the capture pipeline calls it for a failure)."""
         with self._lock:
+            if self._unjoined is not None:
+                self._join_return_locked()
             if self._deferred:
                 self._materialize_locked()
 
@@ -540,18 +615,18 @@ class BackendTrace:
     @property
     def trace_id(self) -> Any:
         """The trace id every event carries."""
-        return self._common["traceId"]
+        return self._common_now()["traceId"]
 
     @property
     def span_id(self) -> str:
         """The span id every event carries."""
-        span: str = self._common["spanId"]
+        span: str = self._common_now()["spanId"]
         return span
 
     @property
     def operation(self) -> str:
         """The bounded operation name every event carries."""
-        name: str = self._common["operation"]
+        name: str = self._common_now()["operation"]
         return name
 
     @property
@@ -664,8 +739,15 @@ class BackendTrace:
             fields["status"] = status
         fields["success"] = success is True
         fields["effectsComplete"] = effects_complete is True
-        event = self._push("return", fields)
-        self._returned = event
+        event: TraceEvent | None = None
+        if self._common is None:
+            # Common fields not built yet: keep it so; the event is joined when it is read.
+            with self._lock:
+                self._unjoined = self._stamp_locked(fields)
+        else:
+            event = self._push("return", fields)
+            self._returned = event
+        self._return_status = status
         if output_factory is not None:
             with self._lock:
                 self._pending_output = (event, output_factory)
@@ -689,7 +771,7 @@ class BackendTrace:
         with self._lock:
             if len(self._events) >= MAX_EVENTS:
                 raise TraceError("TooManyEvents")
-            event: TraceEvent = dict(self._common)
+            event: TraceEvent = dict(self._common_now())
             event["sequence"] = next(_sequence)
             event["kind"] = kind
             event.update(fields)
@@ -717,12 +799,64 @@ class BackendTrace:
             self._events.append(_Deferred(kind, build, sequence, at, mono))
             self._deferred += 1
 
+    def _common_now(self) -> dict[str, Any]:
+        """The common fields, built now if they were deferred (idempotent, so no lock)."""
+        common = self._common
+        if common is None:
+            factory = self._common_factory
+            assert factory is not None
+            common = self._common = factory()
+        return common
+
+    def _stamp_locked(self, fields: dict[str, Any]) -> _Unjoined:
+        """Append a ``return`` whose ``fields`` are known, stamped now, joined when read."""
+        if len(self._events) >= MAX_EVENTS:
+            raise TraceError("TooManyEvents")
+        at: int | None = None
+        mono: int | None = None
+        if self._capture_envelope:
+            wall, clock = self._wall_ms, self._mono_ns
+            at = time.time_ns() // 1_000_000 if wall is None else wall()
+            mono = (time.monotonic_ns() if clock is None else clock()) - self._origin_ns
+        entry = _Unjoined(fields, next(_sequence), at, mono)
+        self._events.append(entry)
+        return entry
+
+    def _event_of(self, entry: _Deferred, fields: Mapping[str, Any]) -> TraceEvent:
+        """The event of a stamped entry with ``fields`` (as an eager push builds it)."""
+        event: TraceEvent = dict(self._common_now())
+        event["sequence"] = entry.sequence
+        event["kind"] = entry.kind
+        event.update(fields)
+        if entry.at is not None:
+            event["at"] = entry.at
+            event["monoNs"] = entry.mono_ns
+        return event
+
+    def _join_return_locked(self) -> None:
+        """Turn the unjoined ``return`` into its event, in its place."""
+        entry = self._unjoined
+        if entry is None:
+            return
+        event = self._event_of(entry, entry.fields)
+        events = self._events
+        for index in range(len(events) - 1, -1, -1):
+            if events[index] is entry:
+                events[index] = event
+                break
+        self._unjoined = None
+        self._returned = event
+        pending = self._pending_output
+        if pending is not None and pending[0] is None:
+            self._pending_output = (event, pending[1])
+
     def _materialize_locked(self) -> None:
         """Build every deferred event in place (lock held); a ``None`` build drops its event.
 
         Builders must not raise (the pipeline guards its own); if one does, the exception
         propagates and the trace is left as it was.
         """
+        self._join_return_locked()
         built: list[TraceEvent | _Deferred] = []
         for entry in self._events:
             if not isinstance(entry, _Deferred):
@@ -731,17 +865,11 @@ class BackendTrace:
             fields = entry.build()
             if fields is None:
                 continue
-            event: TraceEvent = dict(self._common)
-            event["sequence"] = entry.sequence
-            event["kind"] = entry.kind
-            event.update(fields)
-            if entry.at is not None:
-                event["at"] = entry.at
-                event["monoNs"] = entry.mono_ns
-            built.append(event)
+            built.append(self._event_of(entry, fields))
         pending = self._pending_output
         if pending is not None:
             returned, factory = pending
+            assert returned is not None  # joined above
             returned["output"] = redact(factory())  # same key, so the same place
             self._pending_output = None
         self._events = built

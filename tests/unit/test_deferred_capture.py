@@ -21,6 +21,7 @@ from reproit_otel.config import read_config
 from reproit_otel.errors import TraceError
 from reproit_otel.processor import ReproitSpanProcessor
 from reproit_otel.uploader import Uploader, UploaderSettings
+from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.batch import CaptureSettings
 from reproit_otel.wire.canonical import canonical_json_bytes
 from reproit_otel.wire.trace import (
@@ -72,6 +73,36 @@ def test_deferred_events_are_the_eager_events_byte_for_byte() -> None:
     assert deferred.events == eager.events
     assert deferred.deferred_count == 0
     assert deferred.header() == eager.header()
+
+
+def test_a_capture_read_only_after_its_finish_is_the_eager_trace() -> None:
+    """Nothing read before the finish: the common fields and the return event are built late."""
+    reset_sequence(40)
+    eager = BackendTrace.begin(CONTEXT, "GET /orders", input=INPUT, **_clocks())
+    eager.effect("call", resource="api", key="GET /a?token=$reproit", exchange=EXCHANGE)
+    eager.effect("read", resource="pg", key="SELECT 1", exchange={"protocol": "pg"})
+    eager.finish({"ok": True}, 200, True, True)
+    reset_sequence(40)
+    lazy = BackendTrace.begin(CONTEXT, "GET /orders", input_factory=lambda: INPUT, **_clocks())
+    lazy.defer_effect("call", lambda: ("api", "GET /a?token=$reproit", EXCHANGE))
+    lazy.defer_effect("read", lambda: ("pg", "SELECT 1", {"protocol": "pg"}))
+    lazy.finish(None, 200, True, True, output_factory=lambda: {"ok": True})
+    assert (lazy.return_status, lazy.may_hold_oracle_marker) == (200, False)
+    settled = lazy.settled_events()
+    assert [(event["kind"], event["output"]) for event in settled] == [("return", None)]
+    assert lazy.events == eager.events
+    assert lazy.header() == eager.header()
+    assert lazy.return_event is lazy.events[-1] is settled[0]
+    assert (lazy.trace_id, lazy.operation) == ("cap-1-1", "GET /orders")
+
+
+def test_a_capture_without_status_or_events_read_reports_unset() -> None:
+    trace = BackendTrace.begin(CONTEXT, "GET /x", input_factory=dict)
+    assert trace.return_status is UNSET
+    trace.finish(None, UNSET, False, False)
+    assert trace.return_status is UNSET
+    assert [event["kind"] for event in trace.events] == ["start", "return"]
+    assert "status" not in trace.events[-1]
 
 
 def test_settled_events_leave_deferred_ones_unbuilt() -> None:
