@@ -478,10 +478,14 @@ class Operation:
             self._on_ready(self)
 
     def end_root(self) -> bool:
-        """The server span ended. True when the operation is now ready to hand off."""
-        with self._lock:
-            self.span_ended = True
-            return self.finished
+        """The server span ended. True when the operation is now ready to hand off.
+
+        No lock: :meth:`finish` sets ``finished`` before it reads ``span_ended``, this sets
+        ``span_ended`` before it reads ``finished``, so at least one of the two sees the other
+        (both may, and the processor hands an operation off once).
+        """
+        self.span_ended = True
+        return self.finished
 
     def header(self) -> str | None:
         """The ``x-reproit-events`` value of a finished scan-time operation, else None."""

@@ -188,7 +188,7 @@ class _Exchange:
         self, status: str, headers: list[tuple[str, str]], exc_info: ExcInfo | None = None
     ) -> Callable[[bytes], object]:
         """The ``start_response`` the application calls."""
-        if self.released or self.passthrough or self.operation is None:
+        if self.released or self.passthrough or self.inbound.operation is None:
             # Nothing to finish (or an error page after the start was sent): pass through.
             self.passthrough = not self.released
             self.released = True
@@ -205,7 +205,7 @@ class _Exchange:
 
     def finish(self, body: bytes | None, *, complete: bool) -> list[tuple[str, str]]:
         """Finish the operation; the headers to add to the response start."""
-        operation = self.operation
+        operation = self.inbound.operation
         if operation is None or self.status is None:
             return []
         status = _status_code(self.status)
@@ -303,7 +303,7 @@ def wsgi_call(
         raise
     finally:
         withdraw_inbound(token)
-    if exchange.passthrough or exchange.operation is None:
+    if exchange.passthrough or inbound.operation is None:
         return body
     if exchange.released:
         return body  # legacy write() already sent the start

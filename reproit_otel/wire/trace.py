@@ -519,8 +519,13 @@ class BackendTrace:
         if name is None:
             raise TraceError("InvalidOperation")
         envelope = context.capture_envelope is True
-        plain = _absent(span_id) and _absent(tenant) and _absent(idempotency_key)
-        if input_factory is not None and plain and selections is UNSET:
+        if (
+            input_factory is not None
+            and span_id is UNSET
+            and tenant is UNSET
+            and idempotency_key is UNSET
+            and selections is UNSET
+        ):
             # The capture pipeline's case: nothing left can fail (a default span id is always
             # valid), so the common fields are built only if an event is read.
             trace = cls(
