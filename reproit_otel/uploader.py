@@ -75,6 +75,7 @@ from reproit_otel.wire.batch import (
     operation_status,
 )
 from reproit_otel.wire.canonical import canonical_json_bytes
+from reproit_otel.wire.trace import BackendTrace
 
 if TYPE_CHECKING:
     from reproit_otel.config import ReproitConfig
@@ -150,19 +151,20 @@ class UploaderSettings:
 _DECIDED_ON_SETTLED_EVENTS = frozenset({"unfinished", "not-a-failure"})
 
 
-def _healthy(trace: object) -> str | None:
-    """``"not-a-failure"`` when a finished trace's return event alone shows it succeeded.
+def _healthy(trace: object) -> bool:
+    """Whether a finished trace's return status alone shows it is ``not-a-failure``.
 
     The common case, answered without building any event: a ``BackendTrace`` knows the status
-    it returned and whether any event could be an agent oracle marker. Otherwise None (decide on the
-    events, as :func:`~reproit_otel.wire.batch.capture_eligibility` does).
+    it returned and whether any event could be an agent oracle marker. False means: decide on
+    the events, as :func:`~reproit_otel.wire.batch.capture_eligibility` does.
     """
-    if getattr(trace, "finished", False) is not True:
-        return None
-    if getattr(trace, "may_hold_oracle_marker", True):
-        return None
-    status = operation_status({"status": getattr(trace, "return_status", UNSET)})
-    return "not-a-failure" if status is None or status < 500 else None
+    if type(trace) is not BackendTrace or not trace.finished or trace.may_hold_oracle_marker:
+        return False
+    status = trace.return_status
+    if status is UNSET:
+        return True
+    # operation_status() gives None (not a failure) outside 0..65535; floats take the long way.
+    return type(status) is int and not 500 <= status <= 0xFFFF
 
 
 class _HasEvents(Protocol):
@@ -270,13 +272,27 @@ class Uploader:
 
     def submit(self, trace: _HasEvents) -> None:
         """The span processor's sink: :meth:`record` a finished ``BackendTrace``."""
+        try:
+            if _healthy(trace) and os.getpid() == self._pid:
+                self._ineligible("not-a-failure")  # most operations: nothing else to do
+                return
+        except Exception as exc:
+            absorb("uploader.record", exc)
+            return
         self.record(trace)
+
+    def _ineligible(self, reason: str) -> None:
+        with self._cond:
+            ineligible: dict[str, int] = self._stats["ineligible"]
+            ineligible[reason] = ineligible.get(reason, 0) + 1
 
     def _record(self, trace: _HasEvents | Sequence[Mapping[str, Any]]) -> bool:
         if os.getpid() != self._pid:  # forked without the at-fork hook (should not happen)
             self._after_fork_in_child()
-        eligible, reason = False, _healthy(trace)
-        if reason is None:
+        eligible, reason = False, None
+        if _healthy(trace):
+            reason = "not-a-failure"
+        else:
             settled = getattr(trace, "settled_events", None)
             if callable(settled):
                 eligible, reason = capture_eligibility(settled())
@@ -284,10 +300,7 @@ class Uploader:
             events = list(trace.events) if hasattr(trace, "events") else list(trace)
             eligible, reason = capture_eligibility(events)
         if not eligible:
-            with self._cond:
-                ineligible: dict[str, int] = self._stats["ineligible"]
-                key = reason or "unknown"
-                ineligible[key] = ineligible.get(key, 0) + 1
+            self._ineligible(reason or "unknown")
             return False
         returned = next(e for e in reversed(events) if e.get("kind") == "return")
         operation = {
