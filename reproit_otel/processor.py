@@ -255,11 +255,19 @@ class ReproitSpanProcessor(SpanProcessor):
         """Whether a server request may begin an operation (capture on, or scan mode)."""
         return (self.capture or self.config.scan) and not self._shutdown
 
+    checks_suppression = True
+    """:meth:`start_exchange` answers None itself under suppressed instrumentation (it reads
+    the current context anyway), so :func:`reproit_otel.recording.start_exchange` need not."""
+
     def start_exchange(self, library: str) -> recording.ExchangeRecorder | None:
-        """Bind a new exchange to the current span's operation (or None: nothing records)."""
+        """Bind a new exchange to the current span's operation (or None: nothing records,
+        including reproit-otel's own and exporters' traffic: instrumentation suppressed)."""
         if self._shutdown or not self._operations:
             return None
-        span: Any = otel_context.get_current().get(_SPAN_KEY)
+        context = otel_context.get_current()
+        if context.get(_SUPPRESS_KEY):
+            return None
+        span: Any = context.get(_SPAN_KEY)
         operation: Operation | None = None
         span_id: int | None = None
         if span is not None:  # _current_operation(), inline: this runs for every call

@@ -316,7 +316,9 @@ def start_exchange(library: str) -> ExchangeRecorder | None:
             recorder = override.start_exchange(library)
             if recorder is not None:
                 return recorder
-        if pipeline is None or not pipeline.has_live_operations() or is_suppressed():
+        if pipeline is None or not pipeline.has_live_operations():
+            return None
+        if getattr(pipeline, "checks_suppression", False) is not True and is_suppressed():
             return None
         return pipeline.start_exchange(library)
     except Exception as exc:
