@@ -48,7 +48,11 @@ from reproit_otel.instrumentation._pg_common import (
     callproc_text,
     statement_text,
 )
-from reproit_otel.instrumentation._pg_record import RecordingConnection, RecordingCursor
+from reproit_otel.instrumentation._pg_record import (
+    RecordingConnection,
+    RecordingCursor,
+    RecordingNamedCursor,
+)
 from reproit_otel.instrumentation._pg_values import column_keys, decode_value, encode_params
 from reproit_otel.recording import registered_secret_values
 from reproit_otel.replay.session import active_session, report_divergence
@@ -637,13 +641,15 @@ _SKIPPED_ATTRS = frozenset(
 
 def replay_cursor_class(factory: Any) -> Any:
     """The application's cursor class rebuilt on :class:`StubCursor`."""
-    return _transplant(factory, _ext.cursor, StubCursor, RecordingCursor, _cursor_classes)
+    return _transplant(
+        factory, _ext.cursor, StubCursor, (RecordingCursor, RecordingNamedCursor), _cursor_classes
+    )
 
 
 def replay_connection_class(factory: Any) -> Any:
     """The application's connection class rebuilt on :class:`StubConnection`."""
     return _transplant(
-        factory, _ext.connection, StubConnection, RecordingConnection, _connection_classes
+        factory, _ext.connection, StubConnection, (RecordingConnection,), _connection_classes
     )
 
 
@@ -651,10 +657,11 @@ def _transplant(
     cls: Any,
     root: type,
     stub: type,
-    layer: type,
+    layers: tuple[type, ...],
     cache: weakref.WeakKeyDictionary[type, type],
 ) -> Any:
-    if cls is None or cls is root or cls is layer:
+    if cls is None or cls is root or cls in layers:
+        # A recording layer (the named-cursor one too) stands for the root it wraps.
         return _plain(stub, root)
     if isinstance(cls, type) and issubclass(cls, stub):
         return cls
@@ -672,7 +679,7 @@ def _transplant(
             "other than the base cursor/connection (replication?) is not replayable"
         )
     bases = tuple(
-        _transplant(base, root, stub, layer, cache) if issubclass(base, root) else base
+        _transplant(base, root, stub, layers, cache) if issubclass(base, root) else base
         for base in cls.__bases__
     )
     bases = tuple(dict.fromkeys(bases))  # a mixed-in layer and the root both become the stub
