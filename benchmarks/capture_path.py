@@ -26,6 +26,7 @@ import os
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from typing import Any
 
 from benchmarks._common import PYTHON, ROOT, Child, clean_environment, postgres, prepare_table
@@ -33,7 +34,12 @@ from benchmarks._common import PYTHON, ROOT, Child, clean_environment, postgres,
 SHAPES = ("otel", "reproit-off", "reproit-on")
 
 
-def _child(shape: str, count: int, gc_stats: bool) -> dict[str, Any]:
+def in_process_driver(shape: str) -> Callable[[int], None]:
+    """Set this process up as ``shape`` and give back ``one(index)``: one ``GET /order``
+    through the benchmark service as a WSGI call (no server, no socket to the app).
+
+    Call it before anything imports the service (the shape is read from the environment).
+    """
     if shape == "reproit-on":
         os.environ.update(
             {
@@ -66,6 +72,11 @@ def _child(shape: str, count: int, gc_stats: bool) -> dict[str, Any]:
         if not statuses or not statuses[0].startswith("200"):
             raise SystemExit(f"unexpected answer {statuses!r}")
 
+    return one
+
+
+def _child(shape: str, count: int, gc_stats: bool) -> dict[str, Any]:
+    one = in_process_driver(shape)
     for index in range(300):
         one(index)
     collections = [0, 0, 0]

@@ -101,3 +101,28 @@ def test_capture_path_smoke() -> None:
     for shape in ("otel", "reproit-off", "reproit-on"):
         assert any(line.startswith(shape + " ") for line in done.stdout.splitlines()), shape
     assert "reproit-on over otel:" in done.stdout
+    assert "reproit-on over otel, thread CPU:" in done.stdout
+
+
+def test_capture_calls_smoke() -> None:
+    # Calls per request by module, capture off and on: every hook of the healthy path shows
+    # up, and capture on makes more calls than capture off (counts, not timings).
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.capture_calls", "--requests", "20", "--functions", "5"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    rows: dict[str, list[float]] = {}
+    for line in done.stdout.splitlines():
+        fields = line.split()
+        if len(fields) == 3 and fields[0].endswith((".py", "total")):
+            rows[fields[0]] = [float(fields[1]), float(fields[2])]
+    for module in ("processor.py", "operation.py", "instrumentation/wsgi.py", "wire/trace.py"):
+        assert module in rows, module
+    off, on = rows["total"]
+    assert on > off > 0
+    assert "functions making the most calls" in done.stdout

@@ -1,0 +1,134 @@
+"""How many calls reproit-otel's own code makes per request: ``python -m benchmarks.capture_calls``.
+
+Timings of a few dozen microseconds move with the machine's other work; the number of
+function calls our code makes does not. On CPython each call (of a Python function, of a C
+function or method, of a property) costs a fraction of a microsecond, and on the healthy
+capture path the calls are most of what capture costs, so this count is the steady measure of
+it: it tells which module a change made cheaper, to the call.
+
+The same in-process service as ``benchmarks/capture_path.py`` (one ``requests`` call, one
+psycopg2 query, called as a WSGI application) runs in one fresh process per shape:
+``reproit-off`` (installed, capture not configured) and ``reproit-on`` (capture configured,
+healthy requests). After 300 warm-up requests, a profile hook counts, over N requests, every
+call made from a frame of ``reproit_otel`` (calls into the libraries it wraps included, the
+libraries' own calls not). Prints calls per request by module, and with ``--functions`` the
+functions that make the most. Writes nothing. Deterministic: the same code gives the same
+counts on any machine.
+
+``--child SHAPE N`` is the child's own entry point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import subprocess
+import sys
+from types import FrameType
+from typing import Any
+
+from benchmarks._common import PYTHON, ROOT, Child, clean_environment, postgres, prepare_table
+
+SHAPES = ("reproit-off", "reproit-on")
+_PACKAGE = "reproit_otel/"
+
+
+def _owner(frame: FrameType) -> str | None:
+    """``module.py:function`` when ``frame`` runs reproit-otel's code, else None."""
+    path = frame.f_code.co_filename
+    at = path.rfind(_PACKAGE)
+    if at < 0:
+        return None
+    return f"{path[at + len(_PACKAGE) :]}:{frame.f_code.co_name}"
+
+
+def _child(shape: str, count: int) -> dict[str, Any]:
+    from benchmarks.capture_path import in_process_driver
+
+    one = in_process_driver(shape)
+    for index in range(300):
+        one(index)
+    counts: collections.Counter[str] = collections.Counter()
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        if event == "call":
+            caller = frame.f_back
+            owner = None if caller is None else _owner(caller)
+        elif event == "c_call":
+            owner = _owner(frame)
+        else:
+            return
+        if owner is not None:
+            counts[owner] += 1
+
+    sys.setprofile(profile)
+    try:
+        for index in range(count):
+            one(index)
+    finally:
+        sys.setprofile(None)
+    return {"shape": shape, "requests": count, "calls": dict(counts)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument(
+        "--functions",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also list the N functions that make the most calls (capture on)",
+    )
+    parser.add_argument("--child", nargs=2, metavar=("SHAPE", "N"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(_child(args.child[0], int(args.child[1]))))
+        return
+    upstream = Child("benchmarks._upstream")
+    per_request: dict[str, dict[str, float]] = {}
+    try:
+        with postgres() as dsn:
+            prepare_table(dsn)
+            env = {
+                **clean_environment(),
+                "BENCH_UPSTREAM": f"http://127.0.0.1:{upstream.port}",
+                "BENCH_PG_DSN": dsn,
+            }
+            for shape in SHAPES:
+                command = [PYTHON, "-m", "benchmarks.capture_calls"]
+                command += ["--child", shape, str(args.requests)]
+                output = subprocess.run(
+                    command, cwd=ROOT, env=env, check=True, capture_output=True, text=True
+                ).stdout
+                document = json.loads(output.strip().splitlines()[-1])
+                per_request[shape] = {
+                    name: count / document["requests"] for name, count in document["calls"].items()
+                }
+    finally:
+        upstream.stop()
+    modules: dict[str, dict[str, float]] = {shape: {} for shape in SHAPES}
+    for shape, calls in per_request.items():
+        for name, count in calls.items():
+            module = name.split(":", 1)[0]
+            modules[shape][module] = modules[shape].get(module, 0.0) + count
+    names = sorted(
+        set(modules["reproit-on"]) | set(modules["reproit-off"]),
+        key=lambda name: -modules["reproit-on"].get(name, 0.0),
+    )
+    print(f"{'calls per request':<44}{'capture off':>12}{'capture on':>12}")
+    for name in names:
+        off, on = modules["reproit-off"].get(name, 0.0), modules["reproit-on"].get(name, 0.0)
+        print(f"{name:<44}{off:>12.1f}{on:>12.1f}")
+    totals = {shape: sum(calls.values()) for shape, calls in per_request.items()}
+    print(f"{'total':<44}{totals['reproit-off']:>12.1f}{totals['reproit-on']:>12.1f}")
+    if args.functions:
+        print("\nfunctions making the most calls, capture on (per request):")
+        ranked = sorted(per_request["reproit-on"].items(), key=lambda item: -item[1])
+        for name, count in ranked[: args.functions]:
+            print(f"{count:8.1f}  {name}")
+
+
+if __name__ == "__main__":
+    main()
