@@ -8,6 +8,8 @@
 * :class:`KeepAliveClient` sends requests over one persistent HTTP/1.1 connection and times
   each from the first byte written to the last byte read;
 * :func:`postgres` yields a DSN: ``REPROIT_TEST_PG_DSN`` or a throwaway cluster;
+  :func:`in_process_environment` yields the environment of an in-process benchmark child
+  (upstream and PostgreSQL running);
 * :func:`percentile`, :func:`summary` turn timings into figures; :func:`write_json` and
   :func:`write_chart` save them under the output directory.
 
@@ -215,6 +217,23 @@ def postgres() -> Iterator[str]:
         yield server.dsn
     finally:
         server.stop()
+
+
+@contextmanager
+def in_process_environment() -> Iterator[dict[str, str]]:
+    """The environment of a child that runs the benchmark service in process: a loopback
+    upstream and PostgreSQL (with its table) for the time of the ``with`` block."""
+    upstream = Child("benchmarks._upstream")
+    try:
+        with postgres() as dsn:
+            prepare_table(dsn)
+            yield {
+                **clean_environment(),
+                "BENCH_UPSTREAM": f"http://127.0.0.1:{upstream.port}",
+                "BENCH_PG_DSN": dsn,
+            }
+    finally:
+        upstream.stop()
 
 
 def prepare_table(dsn: str) -> None:

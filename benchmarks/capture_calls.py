@@ -28,7 +28,7 @@ import sys
 from types import FrameType
 from typing import Any
 
-from benchmarks._common import PYTHON, ROOT, Child, clean_environment, postgres, prepare_table
+from benchmarks._common import PYTHON, ROOT, in_process_environment
 
 SHAPES = ("reproit-off", "reproit-on")
 _PACKAGE = "reproit_otel/"
@@ -86,28 +86,18 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         print(json.dumps(_child(args.child[0], int(args.child[1]))))
         return
-    upstream = Child("benchmarks._upstream")
     per_request: dict[str, dict[str, float]] = {}
-    try:
-        with postgres() as dsn:
-            prepare_table(dsn)
-            env = {
-                **clean_environment(),
-                "BENCH_UPSTREAM": f"http://127.0.0.1:{upstream.port}",
-                "BENCH_PG_DSN": dsn,
+    with in_process_environment() as env:
+        for shape in SHAPES:
+            command = [PYTHON, "-m", "benchmarks.capture_calls"]
+            command += ["--child", shape, str(args.requests)]
+            output = subprocess.run(
+                command, cwd=ROOT, env=env, check=True, capture_output=True, text=True
+            ).stdout
+            document = json.loads(output.strip().splitlines()[-1])
+            per_request[shape] = {
+                name: count / document["requests"] for name, count in document["calls"].items()
             }
-            for shape in SHAPES:
-                command = [PYTHON, "-m", "benchmarks.capture_calls"]
-                command += ["--child", shape, str(args.requests)]
-                output = subprocess.run(
-                    command, cwd=ROOT, env=env, check=True, capture_output=True, text=True
-                ).stdout
-                document = json.loads(output.strip().splitlines()[-1])
-                per_request[shape] = {
-                    name: count / document["requests"] for name, count in document["calls"].items()
-                }
-    finally:
-        upstream.stop()
     modules: dict[str, dict[str, float]] = {shape: {} for shape in SHAPES}
     for shape, calls in per_request.items():
         for name, count in calls.items():

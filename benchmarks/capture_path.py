@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks._common import PYTHON, ROOT, Child, clean_environment, postgres, prepare_table
+from benchmarks._common import PYTHON, ROOT, in_process_environment
 
 SHAPES = ("otel", "reproit-off", "reproit-on")
 
@@ -127,53 +127,42 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         print(json.dumps(_child(args.child[0], int(args.child[1]), args.gc)))
         return
-    upstream = Child("benchmarks._upstream")
     results: dict[str, list[float]] = {shape: [] for shape in SHAPES}
     cpu_results: dict[str, list[float]] = {shape: [] for shape in SHAPES}
-    try:
-        with postgres() as dsn:
-            prepare_table(dsn)
-            env = {
-                **clean_environment(),
-                "BENCH_UPSTREAM": f"http://127.0.0.1:{upstream.port}",
-                "BENCH_PG_DSN": dsn,
-            }
-            for number in range(args.passes):
-                for shape in SHAPES:
-                    command = [PYTHON, "-m", "benchmarks.capture_path"]
-                    command += ["--child", shape, str(args.requests)]
-                    command += ["--gc"] if args.gc else []
-                    output = subprocess.run(
-                        command, cwd=ROOT, env=env, check=True, capture_output=True, text=True
-                    ).stdout
-                    document = json.loads(output.strip().splitlines()[-1])
-                    results[shape].extend(document["round_medians_us"])
-                    cpu_results[shape].extend(document["cpu_round_medians_us"])
-                    extra = ""
-                    if args.gc:
-                        extra = (
-                            f"  gc runs {document['gc_collections']},"
-                            f" {document['gc_us_per_request']} µs/request"
-                        )
-                    rounds = " ".join(f"{value:.0f}" for value in document["round_medians_us"])
-                    cpu = " ".join(f"{value:.0f}" for value in document["cpu_round_medians_us"])
-                    print(f"pass {number + 1} {shape:<12} {rounds}  cpu {cpu}{extra}")
-    finally:
-        upstream.stop()
-    print(f"{'shape':<12}{'min µs':>10}{'median µs':>12}")
+    with in_process_environment() as env:
+        for number in range(args.passes):
+            for shape in SHAPES:
+                command = [PYTHON, "-m", "benchmarks.capture_path"]
+                command += ["--child", shape, str(args.requests)]
+                command += ["--gc"] if args.gc else []
+                output = subprocess.run(
+                    command, cwd=ROOT, env=env, check=True, capture_output=True, text=True
+                ).stdout
+                document = json.loads(output.strip().splitlines()[-1])
+                results[shape].extend(document["round_medians_us"])
+                cpu_results[shape].extend(document["cpu_round_medians_us"])
+                extra = ""
+                if args.gc:
+                    extra = (
+                        f"  gc runs {document['gc_collections']},"
+                        f" {document['gc_us_per_request']} µs/request"
+                    )
+                rounds = " ".join(f"{value:.0f}" for value in document["round_medians_us"])
+                cpu = " ".join(f"{value:.0f}" for value in document["cpu_round_medians_us"])
+                print(f"pass {number + 1} {shape:<12} {rounds}  cpu {cpu}{extra}")
+    _report(results, "", "")
+    _report(cpu_results, "cpu ", ", thread CPU")
+
+
+def _report(results: dict[str, list[float]], column: str, label: str) -> None:
+    """Smallest and median round median per shape, and the cost of reproit over ``otel``."""
+    print(f"{'shape':<12}{column + 'min µs':>12}{column + 'median µs':>15}")
     for shape, values in results.items():
-        print(f"{shape:<12}{min(values):>10.0f}{statistics.median(values):>12.0f}")
+        print(f"{shape:<12}{min(values):>12.0f}{statistics.median(values):>15.0f}")
     for shape in ("reproit-off", "reproit-on"):
         low = min(results[shape]) - min(results["otel"])
         middle = statistics.median(results[shape]) - statistics.median(results["otel"])
-        print(f"{shape} over otel: {low:+.0f} µs (min), {middle:+.0f} µs (median)")
-    print(f"{'shape':<12}{'cpu min µs':>12}{'cpu median µs':>15}")
-    for shape, values in cpu_results.items():
-        print(f"{shape:<12}{min(values):>12.0f}{statistics.median(values):>15.0f}")
-    for shape in ("reproit-off", "reproit-on"):
-        low = min(cpu_results[shape]) - min(cpu_results["otel"])
-        middle = statistics.median(cpu_results[shape]) - statistics.median(cpu_results["otel"])
-        print(f"{shape} over otel, thread CPU: {low:+.0f} µs (min), {middle:+.0f} µs (median)")
+        print(f"{shape} over otel{label}: {low:+.0f} µs (min), {middle:+.0f} µs (median)")
 
 
 if __name__ == "__main__":

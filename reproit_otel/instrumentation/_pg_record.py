@@ -487,22 +487,9 @@ class RecordingCursor(_ext.cursor):
         if statement is None or self.name is not None or self.connection.async_:
             self._reproit_after(recorder, statement)
             return result
-        # A client-side cursor (the usual case), with _read_result and _settle inlined.
+        # A client-side cursor (the usual case), with _settle inlined.
         try:
-            description = self.description
-            if description is not None:
-                factory = self.row_factory
-                self.row_factory = None
-                try:
-                    raw = _fetchmany(self, MAX_PG_ROWS + 1)
-                finally:
-                    self.row_factory = factory
-                if raw:
-                    _scroll(self, 0, "absolute")
-                statement.raw = raw
-            statement.command = self.statusmessage
-            statement.row_count = self.rowcount
-            statement.description = description
+            _read_result(self, statement)
             _finish(recorder, statement)
         except Exception as exc:
             recorder.fail(_INTERNAL)

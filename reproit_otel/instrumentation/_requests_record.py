@@ -39,7 +39,7 @@ from __future__ import annotations
 import hashlib
 import io
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypedDict
 from urllib.parse import urlsplit, urlunsplit
 
@@ -598,27 +598,21 @@ class _BodyReads:
             call.finish()
 
     def read(self, *args: Any, **kwargs: Any) -> Any:
-        call = self._call
-        if self._depth or call._done:  # a read inside a read (the outer one records), or late
-            return self._read(*args, **kwargs)
-        self._depth += 1
-        try:
-            data = self._read(*args, **kwargs)
-        except Exception as error:
-            call.finish(error)
-            raise
-        finally:
-            self._depth -= 1
-        self._settle(data, args, kwargs)
-        return data
+        return self._reading(self._read, args, kwargs)
 
     def read1(self, *args: Any, **kwargs: Any) -> Any:
+        return self._reading(self._read1, args, kwargs)
+
+    def _reading(
+        self, method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """One ``read``/``read1`` of the body through ``method``, recorded."""
         call = self._call
-        if self._depth or call._done:
-            return self._read1(*args, **kwargs)
+        if self._depth or call._done:  # a read inside a read (the outer one records), or late
+            return method(*args, **kwargs)
         self._depth += 1
         try:
-            data = self._read1(*args, **kwargs)
+            data = method(*args, **kwargs)
         except Exception as error:
             call.finish(error)
             raise

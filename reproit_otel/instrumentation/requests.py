@@ -167,27 +167,26 @@ def _recording_send(original: _Send) -> _Send:
             response = original(self, request, *args, **kwargs)
         except BaseException as error:
             request.body = body  # redirects and hooks see the request's own body
-            try:
-                call.failed(error)
-            except BaseException as exc:
-                recorder.fail("the exchange could not be recorded")
-                if not isinstance(exc, Exception):
-                    raise
-                absorb("requests.record_error", exc)
+            _record(recorder, call.failed, error, "requests.record_error")
             raise
         request.body = body
-        try:
-            call.responded(response)
-        except BaseException as exc:
-            recorder.fail("the exchange could not be recorded")
-            if not isinstance(exc, Exception):
-                raise
-            absorb("requests.record_response", exc)
+        _record(recorder, call.responded, response, "requests.record_response")
         return response
 
     send.__reproit_recorder__ = True  # type: ignore[attr-defined]
     send.__wrapped__ = original  # type: ignore[attr-defined]
     return send
+
+
+def _record(recorder: Any, step: Callable[[Any], None], value: Any, where: str) -> None:
+    """``step(value)``: record how the call ended; a defect of ours fails the exchange only."""
+    try:
+        step(value)
+    except BaseException as exc:
+        recorder.fail("the exchange could not be recorded")
+        if not isinstance(exc, Exception):
+            raise
+        absorb(where, exc)
 
 
 def install_recorder() -> None:

@@ -748,7 +748,9 @@ class BackendTrace:
         if self._common is None:
             # Common fields not built yet: keep it so; the event is joined when it is read.
             with self._lock:
-                self._unjoined = self._stamp_locked(fields)
+                entry = self._stamp_locked("return", fields=fields)
+                assert isinstance(entry, _Unjoined)
+                self._unjoined = entry
         else:
             event = self._push("return", fields)
             self._returned = event
@@ -792,16 +794,7 @@ class BackendTrace:
     def _defer(self, kind: str, build: Callable[[], Mapping[str, Any] | None]) -> None:
         """Push ``kind`` now (place, sequence, stamps); its fields come from ``build()`` later."""
         with self._lock:
-            if len(self._events) >= MAX_EVENTS:
-                raise TraceError("TooManyEvents")
-            sequence = next(_sequence)
-            at: int | None = None
-            mono: int | None = None
-            if self._capture_envelope:
-                wall, clock = self._wall_ms, self._mono_ns
-                at = time.time_ns() // 1_000_000 if wall is None else wall()
-                mono = (time.monotonic_ns() if clock is None else clock()) - self._origin_ns
-            self._events.append(_Deferred(kind, build, sequence, at, mono))
+            self._stamp_locked(kind, build)
             self._deferred += 1
 
     def _common_now(self) -> dict[str, Any]:
@@ -813,17 +806,29 @@ class BackendTrace:
             common = self._common = factory()
         return common
 
-    def _stamp_locked(self, fields: dict[str, Any]) -> _Unjoined:
-        """Append a ``return`` whose ``fields`` are known, stamped now, joined when read."""
+    def _stamp_locked(
+        self,
+        kind: str,
+        build: Callable[[], Mapping[str, Any] | None] | None = None,
+        fields: dict[str, Any] | None = None,
+    ) -> _Deferred:
+        """Append an entry stamped now (place, sequence, ``at``, ``monoNs``): a deferred event
+        built by ``build()`` later, or (with ``fields``) a ``return`` joined when it is read."""
         if len(self._events) >= MAX_EVENTS:
             raise TraceError("TooManyEvents")
+        sequence = next(_sequence)
         at: int | None = None
         mono: int | None = None
         if self._capture_envelope:
             wall, clock = self._wall_ms, self._mono_ns
             at = time.time_ns() // 1_000_000 if wall is None else wall()
             mono = (time.monotonic_ns() if clock is None else clock()) - self._origin_ns
-        entry = _Unjoined(fields, next(_sequence), at, mono)
+        entry: _Deferred
+        if fields is not None:
+            entry = _Unjoined(fields, sequence, at, mono)
+        else:
+            assert build is not None
+            entry = _Deferred(kind, build, sequence, at, mono)
         self._events.append(entry)
         return entry
 

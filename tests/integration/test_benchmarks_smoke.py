@@ -86,11 +86,10 @@ def test_outage_quick(tmp_path: Path, postgres_dsn: str) -> None:
         assert [s["requests"] for s in result["samples"]] == list(range(0, 401, 100))
 
 
-def test_capture_path_smoke() -> None:
-    # The in-process benchmark prints a table instead of writing files: check that it runs
-    # every shape and reports reproit's cost over OpenTelemetry (no figure is asserted).
+def _printing_benchmark(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run a benchmark that prints its figures instead of writing files; it must succeed."""
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.capture_path", "--passes", "1", "--requests", "20"],
+        [sys.executable, "-m", f"benchmarks.{name}", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -98,6 +97,13 @@ def test_capture_path_smoke() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-4000:]
+    return done
+
+
+def test_capture_path_smoke() -> None:
+    # The in-process benchmark prints a table instead of writing files: check that it runs
+    # every shape and reports reproit's cost over OpenTelemetry (no figure is asserted).
+    done = _printing_benchmark("capture_path", "--passes", "1", "--requests", "20")
     for shape in ("otel", "reproit-off", "reproit-on"):
         assert any(line.startswith(shape + " ") for line in done.stdout.splitlines()), shape
     assert "reproit-on over otel:" in done.stdout
@@ -107,15 +113,7 @@ def test_capture_path_smoke() -> None:
 def test_capture_calls_smoke() -> None:
     # Calls per request by module, capture off and on: every hook of the healthy path shows
     # up, and capture on makes more calls than capture off (counts, not timings).
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.capture_calls", "--requests", "20", "--functions", "5"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
+    done = _printing_benchmark("capture_calls", "--requests", "20", "--functions", "5")
     rows: dict[str, list[float]] = {}
     for line in done.stdout.splitlines():
         fields = line.split()
