@@ -45,6 +45,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry.trace import SpanKind
+
 from reproit_otel._guard import guarded
 from reproit_otel.errors import TraceError
 from reproit_otel.recording import DeferredExchange, Unrecordable
@@ -94,27 +96,41 @@ def library_of(scope: Any) -> str:
     return library
 
 
+_DB_ATTRIBUTES = ("db.system", "db.system.name")
+
+
+def is_dependency_span(span: Any) -> bool:
+    """A CLIENT span, or a span with a ``db.system`` / ``db.system.name`` attribute."""
+    if span.kind is SpanKind.CLIENT:
+        return True
+    attributes = span.attributes or {}
+    return any(name in attributes for name in _DB_ATTRIBUTES)
+
+
 class SpanRecord:
     """What the processor keeps about one span of an operation."""
 
-    __slots__ = ("dependency", "ended", "exchange", "name", "parent_id", "scope", "span_id")
+    __slots__ = ("dependency", "ended", "exchange", "parent_id", "span", "span_id")
 
-    def __init__(
-        self, span_id: int, parent_id: int | None, name: str, scope: Any, dependency: bool
-    ) -> None:
+    def __init__(self, span_id: int, parent_id: int | None, span: Any, dependency: bool) -> None:
         self.span_id = span_id
         self.parent_id = parent_id
-        self.name = name
-        self.scope = scope
-        """The span's instrumentation scope; its library is worked out only for a reason."""
+        self.span = span
+        """The OpenTelemetry span: its name and library are read only for a reason."""
         self.dependency = dependency
         self.exchange = ExchangeState.NONE
         self.ended = False
 
     @property
+    def name(self) -> str:
+        """The span's name."""
+        name: str = self.span.name
+        return name
+
+    @property
     def library(self) -> str:
         """The instrumentation library that made the span (``requests``, ``httpx``...)."""
-        return library_of(self.scope)
+        return library_of(self.span.instrumentation_scope)
 
 
 class ExchangeBinding:
@@ -211,11 +227,11 @@ class Operation:
             seen += 1
         return None
 
-    def end_span(self, span_id: int, *, dependency: bool | Callable[[], bool]) -> None:
+    def end_span(self, span_id: int, span: Any) -> None:
         """A span of this operation ended; an uncovered dependency span makes it incomplete.
 
-        ``dependency`` says whether the span is one now (its attributes may have changed since
-        it started); a callable is asked only when the span was not a dependency at its start.
+        A span that was no dependency at its start is asked again (its attributes may have
+        changed since).
         """
         with self._lock:
             record = self.spans.get(span_id)
@@ -223,7 +239,7 @@ class Operation:
                 return
             record.ended = True
             if not record.dependency:
-                record.dependency = dependency() if callable(dependency) else dependency
+                record.dependency = is_dependency_span(span)
             if not record.dependency or self._covered(record):
                 return
             if record.exchange is ExchangeState.FAILED:

@@ -58,7 +58,13 @@ from reproit_otel._guard import absorb, guarded
 from reproit_otel.config import EffectsCompleteMode, ReproitConfig, load_config
 from reproit_otel.errors import TraceError
 from reproit_otel.inbound import InboundRequest, current_inbound, single_or_list
-from reproit_otel.operation import ExchangeBinding, Operation, SpanRecord, library_of
+from reproit_otel.operation import (
+    ExchangeBinding,
+    Operation,
+    SpanRecord,
+    is_dependency_span,
+    library_of,
+)
 from reproit_otel.wire.canonical import canonical_json_bytes
 from reproit_otel.wire.inputs import http_input
 from reproit_otel.wire.redaction import scrub_value
@@ -88,7 +94,6 @@ SCAN_TOKEN_HEADER = "x-reproit-scan-token"
 """Request header that must carry ``REPROIT_SCAN_TOKEN`` for a scan request to be trusted."""
 _TRACE_HEADER = "x-reproit-trace"
 _MAX_REASON_KEYS = 256
-_DB_ATTRIBUTES = ("db.system", "db.system.name")
 # The context keys of the current span and of suppressed instrumentation: the current context is
 # a dict, so one lookup of it answers both questions (``trace.get_current_span()`` and
 # ``context.get_value()`` each look the context up again).
@@ -127,13 +132,6 @@ class DebugDumpSink:
 
 def _library(span: ReadableSpan) -> str:
     return library_of(span.instrumentation_scope)
-
-
-def _is_dependency(span: ReadableSpan) -> bool:
-    if span.kind is SpanKind.CLIENT:
-        return True
-    attributes = span.attributes or {}
-    return any(name in attributes for name in _DB_ATTRIBUTES)
 
 
 def _attribute_text(span: ReadableSpan, *names: str) -> str | None:
@@ -271,7 +269,10 @@ class ReproitSpanProcessor(SpanProcessor):
         operation: Operation | None = None
         span_id: int | None = None
         if span is not None:  # _current_operation(), inline: this runs for every call
-            span_context = span.get_span_context()
+            try:
+                span_context = span.context  # an SDK span: one call less than get_span_context()
+            except AttributeError:
+                span_context = span.get_span_context()
             span_id = span_context.span_id
             operation = self._spans.get((span_context.trace_id, span_id))
         if operation is None or operation.evicted:
@@ -368,10 +369,8 @@ class ReproitSpanProcessor(SpanProcessor):
             if operation is None or operation.evicted:
                 return
             span_id = context.span_id
-            dependency = _is_dependency(span)
-            record = SpanRecord(
-                span_id, parent_id, span.name, span.instrumentation_scope, dependency
-            )
+            dependency = is_dependency_span(span)
+            record = SpanRecord(span_id, parent_id, span, dependency)
             if operation.add_span(record):
                 self._spans[(trace_id, span_id)] = operation  # one dict store: atomic
                 if dependency:
@@ -517,7 +516,7 @@ class ReproitSpanProcessor(SpanProcessor):
         if operation is None:
             return
         if span_id != operation.root_span_id:
-            operation.end_span(span_id, dependency=partial(_is_dependency, span))
+            operation.end_span(span_id, span)
             return
         if operation.inbound is None and not operation.finished:
             # No middleware ran: the span's attributes are all we know about the response.
