@@ -63,7 +63,6 @@ from reproit_otel.operation import (
     Operation,
     SpanRecord,
     is_dependency_span,
-    library_of,
 )
 from reproit_otel.wire.canonical import canonical_json_bytes
 from reproit_otel.wire.inputs import http_input
@@ -128,10 +127,6 @@ class DebugDumpSink:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
             os.replace(temporary, self.directory / name)
-
-
-def _library(span: ReadableSpan) -> str:
-    return library_of(span.instrumentation_scope)
 
 
 def _attribute_text(span: ReadableSpan, *names: str) -> str | None:
