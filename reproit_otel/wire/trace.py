@@ -148,10 +148,6 @@ ORACLE_MARKER_RESOURCE: Final = "reproit-oracle"
 _sequence = itertools.count(1)
 
 
-def _take_sequence() -> int:
-    return next(_sequence)
-
-
 def reset_sequence(start: int = 1) -> None:
     """Restart the process-wide event sequence counter at ``start`` (a test hook)."""
     global _sequence
@@ -368,15 +364,6 @@ DeferredEffect = Callable[[], "tuple[Any, Any, Any] | None"]
 returns ``None`` when it cannot: the effect is then left out of the trace."""
 
 
-def _wall_ms() -> int:
-    # Looked up at call time so a pinned clock (replay) is seen.
-    return time.time_ns() // 1_000_000
-
-
-def _mono_ns() -> int:
-    return time.monotonic_ns()
-
-
 def _default_span_id(trace_id: object, name: str) -> str:
     """The default span id, shortened as decision D7 says when it would be too long (already
     trimmed and bounded, as :func:`_bounded` leaves it)."""
@@ -480,7 +467,9 @@ class BackendTrace:
         # None: the real clocks, read inline (looked up at call time, so a pinned clock is seen).
         self._wall_ms = wall_ms
         self._mono_ns = mono_ns
-        self._origin_ns = (_mono_ns() if mono_ns is None else mono_ns()) if capture_envelope else 0
+        self._origin_ns = 0
+        if capture_envelope:
+            self._origin_ns = time.monotonic_ns() if mono_ns is None else mono_ns()
         self._marker_pushed = False
         self._returned: TraceEvent | None = None
 
