@@ -155,6 +155,17 @@ def js_number_to_string(value: int | float) -> str:
     Integers are treated as JavaScript treats every JSON number: as an IEEE double, so an
     integer past 2**53 prints as the double it rounds to.
     """
+    if value.__class__ is float and (1e-4 <= value < 1e16 or -1e16 < value <= -1e-4):
+        # Here repr is already the ECMAScript text (the same shortest digits, no exponent),
+        # except for an integral value, which ECMAScript prints without ".0".
+        text = repr(value)
+        if not text.endswith(".0"):
+            return text
+    return _number_text(value)
+
+
+def _number_text(value: int | float) -> str:
+    """:func:`js_number_to_string` the long way, for every number."""
     if isinstance(value, int) and not isinstance(value, bool):
         if -_TWO_53 < value < _TWO_53:
             return str(value)

@@ -9,7 +9,10 @@ strings are escaped as ``JSON.stringify`` escapes them (raw UTF-8 for everything
 served bodies and ``body_delta`` offsets.
 
 Both walk the value with an explicit stack, so a deeply nested value (thousands of levels)
-neither overflows the interpreter stack nor recurses without bound.
+neither overflows the interpreter stack nor recurses without bound. Most values are small and
+shallow (a served body, an event): those are first written by a plain recursive walk over
+``dict``, ``list`` and ``tuple`` that stops at :data:`_FAST_DEPTH` levels (or at any other
+container type) and leaves the value to the stack walk, which writes the same text.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ def _scalar(value: Any) -> str:
 
 
 _MAX_ARRAY_INDEX = 2**32 - 2
+_DIGITS = frozenset("0123456789")
 
 
 def _is_array_index(key: str) -> bool:
@@ -76,9 +80,13 @@ def js_items(mapping: Mapping[Any, Any]) -> list[tuple[str, Any]]:
     A JavaScript object enumerates its array-index keys (``"0"`` … ``"4294967294"``) first,
     in ascending numeric order, then every other key in insertion order.
     """
-    items = [
-        (key if isinstance(key, str) else js_string(key), child) for key, child in mapping.items()
-    ]
+    items = list(mapping.items())
+    for key, _ in items:
+        if key.__class__ is not str or key[:1] in _DIGITS:
+            break
+    else:
+        return items  # string keys, none of which can be an array index: as they are
+    items = [(key if isinstance(key, str) else js_string(key), child) for key, child in items]
     indexes = [item for item in items if _is_array_index(item[0])]
     if not indexes:
         return items
@@ -93,7 +101,46 @@ def _members(value: Mapping[Any, Any], sort: bool) -> list[tuple[str, Any]]:
     return items
 
 
+_FAST_DEPTH = 48
+"""Levels the recursive walk goes down before it leaves a value to the stack walk."""
+
+
+class _Unfit(Exception):
+    """The recursive walk met a container too deep, or of a type it leaves to the stack walk."""
+
+
+def _fast(value: Any, sort: bool, depth: int) -> str:
+    """The text of ``value`` by plain recursion; raises :class:`_Unfit` where it would not do."""
+    kind = type(value)
+    if kind is str:
+        return json_string(value)
+    if kind is dict:
+        if depth >= _FAST_DEPTH:
+            raise _Unfit
+        inner = depth + 1
+        pairs = [
+            json_string(key) + ":" + _fast(child, sort, inner)
+            for key, child in _members(value, sort)
+        ]
+        return "{" + ",".join(pairs) + "}"
+    if kind is list or kind is tuple:
+        if depth >= _FAST_DEPTH:
+            raise _Unfit
+        inner = depth + 1
+        return "[" + ",".join([_fast(child, sort, inner) for child in value]) + "]"
+    if isinstance(value, (Mapping, list, tuple)):
+        raise _Unfit  # another mapping or sequence type: the stack walk knows them all
+    return _scalar(value)
+
+
 def _encode(value: Any, sort: bool) -> str:
+    try:
+        return _fast(value, sort, 0)
+    except _Unfit:
+        return _encode_stack(value, sort)
+
+
+def _encode_stack(value: Any, sort: bool) -> str:
     out: list[str] = []
     # Each frame: (iterator over remaining children, closing bracket, is_object, first flag).
     stack: list[tuple[Iterator[Any], str, bool, list[bool]]] = []

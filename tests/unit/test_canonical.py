@@ -16,7 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reproit_otel.wire._js import well_formed
+from reproit_otel.wire import _js, canonical
+from reproit_otel.wire._js import UNSET, well_formed
 from reproit_otel.wire.canonical import canonical_json, canonical_json_bytes, ordered_json
 from tests.unit.reference_json import deep_recursion, parse_reference_json
 from tests.vectors import golden_cases
@@ -123,3 +124,75 @@ def test_two_thousand_nested_objects_encode_without_recursion() -> None:
     assert canonical_json(value) == expected
     with deep_recursion():
         assert json.loads(expected) is not None
+
+
+# --- the recursive walk writes what the stack walk writes ----------------------------------------
+
+_KEYS = st.one_of(
+    st.text(max_size=6),
+    st.sampled_from(["0", "1", "10", "01", "4294967294", "4294967295", "-1", "\ud800", "é", "😀"]),
+    st.integers(-3, 20),
+)
+_LEAVES = st.one_of(
+    st.none(),
+    st.just(UNSET),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=8),
+    st.sampled_from(["\ud800", 'a"b\\c\n\x00\x1f\x7f', "😀\udfff"]),
+)
+_VALUES = st.recursive(
+    _LEAVES,
+    lambda children: st.one_of(
+        st.lists(children, max_size=4),
+        st.lists(children, max_size=3).map(tuple),
+        st.dictionaries(_KEYS, children, max_size=4),
+    ),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_VALUES, st.booleans())
+def test_the_recursive_walk_writes_the_stack_walks_text(value: Any, sort: bool) -> None:
+    assert canonical._fast(value, sort, 0) == canonical._encode_stack(value, sort)
+
+
+def test_values_deeper_than_the_recursive_walk_go_to_the_stack_walk() -> None:
+    value: Any = "leaf"
+    for _ in range(canonical._FAST_DEPTH + 5):
+        value = {"k": [value]}
+    with pytest.raises(canonical._Unfit):
+        canonical._fast(value, True, 0)
+    assert canonical_json(value) == canonical._encode_stack(value, True)
+    assert ordered_json(value).count("[") == canonical._FAST_DEPTH + 5
+
+
+def test_other_mapping_types_go_to_the_stack_walk() -> None:
+    from collections import OrderedDict
+    from types import MappingProxyType
+
+    value = {"a": OrderedDict(b=1), "c": MappingProxyType({"d": [2]})}
+    with pytest.raises(canonical._Unfit):
+        canonical._fast(value, False, 0)
+    assert ordered_json(value) == '{"a":{"b":1},"c":{"d":[2]}}'
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    st.one_of(
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.floats(min_value=1e-5, max_value=1e17),
+        st.floats(min_value=-1e17, max_value=-1e-5),
+        st.integers(-(2**60), 2**60).map(float),
+        st.sampled_from([1e-4, -1e-4, 1e16, -1e16, 9999999999999998.0, 0.1 + 0.2, 5e-324]),
+    )
+)
+def test_numbers_printed_through_repr_are_the_long_way_text(number: float) -> None:
+    assert _js.js_number_to_string(number) == _js._number_text(number)
+
+
+def test_keys_that_may_be_array_indexes_still_come_first() -> None:
+    value = {"b": 1, "10": 2, "a": 3, "2": 4, "": 5, "02": 6}
+    assert ordered_json(value) == '{"2":4,"10":2,"b":1,"a":3,"":5,"02":6}'
