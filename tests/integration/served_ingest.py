@@ -64,4 +64,6 @@ class ServedIngest:
             self.process.send_signal(signal.SIGTERM)
         code = self.process.wait(timeout=timeout)
         self._reader.join(timeout)
+        if self.process.stderr is not None and not self._reader.is_alive():
+            self.process.stderr.close()  # else the pipe is left to the garbage collector
         return code
