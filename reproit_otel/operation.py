@@ -300,11 +300,7 @@ class Operation:
             resource = None if resource is None else scrub_secret_values(resource, secrets)
             key = None if key is None else scrub_secret_values(key, secrets)
         with self._lock:
-            self._lost += 1  # until it is recorded
-            if not self._settle(binding, ExchangeState.DONE):
-                return
-            if self.finished or self.evicted:
-                self._late_locked("an exchange finished after the response")
+            if not self._arrived_locked(binding):
                 return
             try:
                 self.trace.effect(
@@ -323,11 +319,7 @@ class Operation:
     ) -> None:
         """Push the exchange ``build()`` gives, built now (scan) or when wanted (capture)."""
         with self._lock:
-            self._lost += 1  # until it is recorded
-            if not self._settle(binding, ExchangeState.DONE):
-                return
-            if self.finished or self.evicted:
-                self._late_locked("an exchange finished after the response")
+            if not self._arrived_locked(binding):
                 return
             try:
                 if self.scan:
@@ -356,6 +348,16 @@ class Operation:
                 self._reason_locked(f"exchange not recorded: {exc.code}")
                 return
             self._recorded_locked()
+
+    def _arrived_locked(self, binding: ExchangeBinding) -> bool:
+        """An exchange finished: settle it; True when it may still be pushed as an effect."""
+        self._lost += 1  # until it is recorded
+        if not self._settle(binding, ExchangeState.DONE):
+            return False
+        if self.finished or self.evicted:
+            self._late_locked("an exchange finished after the response")
+            return False
+        return True
 
     def _recorded_locked(self) -> None:
         self.recorded_exchanges += 1
