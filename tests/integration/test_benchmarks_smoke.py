@@ -26,20 +26,28 @@ needs_gunicorn = pytest.mark.skipif(
 )
 
 
-def _run(name: str, out: Path, postgres_dsn: str | None = None) -> dict[str, Any]:
-    env = {**os.environ}
-    if postgres_dsn is not None:
-        env["REPROIT_TEST_PG_DSN"] = postgres_dsn
+def _benchmark(
+    name: str, *args: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m benchmarks.<name> <args>``; it must succeed."""
     done = subprocess.run(
-        [sys.executable, "-m", f"benchmarks.{name}", "--quick", "--out", str(out)],
+        [sys.executable, "-m", f"benchmarks.{name}", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-4000:]
+    return done
+
+
+def _run(name: str, out: Path, postgres_dsn: str | None = None) -> dict[str, Any]:
+    env = {**os.environ}
+    if postgres_dsn is not None:
+        env["REPROIT_TEST_PG_DSN"] = postgres_dsn
+    _benchmark(name, "--quick", "--out", str(out), env=env, timeout=600)
     assert sorted(path.name for path in out.iterdir()) == [f"{name}.json", f"{name}.png"]
     assert (out / f"{name}.png").read_bytes()[:8] == PNG_SIGNATURE
     document: dict[str, Any] = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
@@ -86,24 +94,10 @@ def test_outage_quick(tmp_path: Path, postgres_dsn: str) -> None:
         assert [s["requests"] for s in result["samples"]] == list(range(0, 401, 100))
 
 
-def _printing_benchmark(name: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run a benchmark that prints its figures instead of writing files; it must succeed."""
-    done = subprocess.run(
-        [sys.executable, "-m", f"benchmarks.{name}", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return done
-
-
 def test_capture_path_smoke() -> None:
     # The in-process benchmark prints a table instead of writing files: check that it runs
     # every shape and reports reproit's cost over OpenTelemetry (no figure is asserted).
-    done = _printing_benchmark("capture_path", "--passes", "1", "--requests", "20")
+    done = _benchmark("capture_path", "--passes", "1", "--requests", "20")
     for shape in ("otel", "reproit-off", "reproit-on"):
         assert any(line.startswith(shape + " ") for line in done.stdout.splitlines()), shape
     assert "reproit-on over otel:" in done.stdout
@@ -113,7 +107,7 @@ def test_capture_path_smoke() -> None:
 def test_capture_calls_smoke() -> None:
     # Calls per request by module, capture off and on: every hook of the healthy path shows
     # up, and capture on makes more calls than capture off (counts, not timings).
-    done = _printing_benchmark("capture_calls", "--requests", "20", "--functions", "5")
+    done = _benchmark("capture_calls", "--requests", "20", "--functions", "5")
     rows: dict[str, list[float]] = {}
     for line in done.stdout.splitlines():
         fields = line.split()
