@@ -34,7 +34,7 @@ _vector_outcomes: dict[str, int] = {"passed": 0, "failed": 0, "skipped": 0}
 
 
 def _is_vector_case(value: object) -> bool:
-    """A case read from ../shared/vectors: a dict with a name and an input or expectation."""
+    """A case read from tests/vectors: a dict with a name and an input or expectation."""
     return isinstance(value, dict) and "name" in value and ("input" in value or "expect" in value)
 
 

@@ -35,6 +35,7 @@ PROGRAMS = frozenset(
         "scripts/demo",
         "scripts/test",
         "scripts/bootstrap",
+        "scripts/refresh-vectors",
         "pip",
         "apt-get",
         "opentelemetry-bootstrap",

@@ -67,6 +67,10 @@ RUN_BY: dict[str, str] = {
     "scripts/demo --app fastapi": DEMO + " (the fastapi case, through scripts/demo likewise)",
     "scripts/test": ".ci/run: its last step runs scripts/test, the whole suite",
     "scripts/bootstrap": ".ci/run: runs scripts/bootstrap before linting and testing",
+    # docs/compatibility.md
+    "scripts/refresh-vectors": "tests/unit/test_refresh_vectors.py::"
+    "test_refresh_copies_the_published_folder_exactly (on a copy of the repository's layout "
+    "with a published folder beside it)",
     "apt-get install postgresql": ".ci/run: need_package installs postgresql when initdb is "
     "missing",
     "pip install 'reproit-otel[requests,psycopg2,replay]' opentelemetry-distro "

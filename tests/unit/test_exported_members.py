@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 
 import reproit_otel
-from tests.vectors import vectors_dir
+from tests.vectors import protocol_path
 
 
 def _section_10_names() -> set[str]:
-    spec = (vectors_dir().parent / "spec" / "PROTOCOL.md").read_text(encoding="utf-8")
+    spec = protocol_path().read_text(encoding="utf-8")
     section = spec.split("## 10.", 1)[1].split("\n## 11.", 1)[0]
     names: set[str] = set()
     for row in section.splitlines():
