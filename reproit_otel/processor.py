@@ -66,7 +66,7 @@ from reproit_otel.operation import (
 )
 from reproit_otel.wire.canonical import canonical_json_bytes
 from reproit_otel.wire.inputs import http_input
-from reproit_otel.wire.redaction import scrub_value
+from reproit_otel.wire.redaction import scrub_secret_values, scrub_value
 from reproit_otel.wire.trace import (
     BackendTrace,
     CaptureContext,
@@ -427,6 +427,11 @@ class ReproitSpanProcessor(SpanProcessor):
         else:
             name, input_value = self._from_attributes(span)
             source = partial(_same, input_value)
+        secret_values = self._current_secrets()
+        if secret_values:
+            # D8: a configured secret in the path would ride in the operation name, which every
+            # event, span id and listing repeats.
+            name = scrub_secret_values(name, secret_values)
         try:
             if scan_context is not None:
                 input_value = source()

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from reproit_otel.errors import CapsuleError
+from reproit_otel.wire.redaction import PLACEHOLDER_KEY, TEXT_PLACEHOLDER
 
 __all__ = [
     "CheckResult",
@@ -301,6 +302,15 @@ def _answers_http(port: int) -> bool:
         connection.close()
 
 
+def _query_text(value: Any) -> str:
+    """A recorded query value as the text to send; a redacted one as ``$reproit``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping) and PLACEHOLDER_KEY in value:
+        return TEXT_PLACEHOLDER  # the secret is not in the capsule; send the plain marker
+    return json.dumps(value, ensure_ascii=False)
+
+
 def recorded_request(capsule: Mapping[str, Any]) -> tuple[str, str, bytes | None]:
     """Method, path with query, and JSON body of the request that started the operation."""
     operation = str(capsule["operation"])
@@ -315,8 +325,7 @@ def recorded_request(capsule: Mapping[str, Any]) -> tuple[str, str, bytes | None
             for name, value in raw_query.items():
                 values = value if isinstance(value, list) else [value]
                 for item in values:
-                    text = item if isinstance(item, str) else json.dumps(item, ensure_ascii=False)
-                    query.append((name, text))
+                    query.append((name, _query_text(item)))
         if request_input.get("body") is not None:
             body = json.dumps(request_input["body"], ensure_ascii=False).encode("utf-8")
     target = path or "/"

@@ -80,6 +80,7 @@ from reproit_otel.instrumentation._pg_values import (
 )
 from reproit_otel.wire._js import _JS_SPACE
 from reproit_otel.wire.bounds import MAX_PG_ROWS
+from reproit_otel.wire.sql_redaction import redact_sql_values, redacted_originals, scrub_echoes
 
 __all__ = [
     "RecordingConnection",
@@ -113,6 +114,9 @@ _NO_REQUEST = "the statement could not be recorded"
 _LASTING = frozenset({int, str, float, bool, type(None), bytes, uuid.UUID, dt.date})
 _NAIVE = frozenset({dt.datetime, dt.time})  # lasting while they carry no tzinfo
 _LATER: Any = object()  # ``_Statement.values`` of parameters encoded in build()
+# ``_Statement.params`` of an ``executemany``: ``values`` is a list of parameter sets, each
+# already redacted by the column it binds to.
+_MANY: Any = object()
 
 # effect_kind() without its calls for the usual statement heads: every ASCII spelling of
 # SELECT and SHOW is a read; a head with no leading white space needs no trimming.
@@ -203,13 +207,18 @@ class _Statement:
             values = self.values
             if values is _LATER:
                 values = encode_params(self.params)
+            if self.params is not _MANY:
+                values = redact_sql_values(self.text, values)
             request = _request(self.text, values)
         except Exception as exc:
             absorb("psycopg2.request", exc)
             raise recording.Unrecordable(_NO_REQUEST) from None
         failure = _INTERNAL
         try:
-            exchange = {"protocol": "pg", "request": request, "response": self._response()}
+            response = self._response()
+            if "error" in response:
+                response = _scrubbed_error(self.text, self.params is _MANY, values, response)
+            exchange = {"protocol": "pg", "request": request, "response": response}
             key = effect_key(self.text)
         except UnsupportedValue as error:
             failure = str(error)
@@ -238,6 +247,23 @@ class _Statement:
             _encode_rows(names, raw[:MAX_PG_ROWS]),
             max(self.row_count, len(raw)),
         )
+
+
+def _scrubbed_error(text: str, many: bool, values: Any, response: dict[str, Any]) -> dict[str, Any]:
+    """``response`` with the values the request redacts scrubbed from its error texts (an
+    error message or ``DETAIL`` may echo a parameter: ``Key (email)=(a@b.c) already exists``).
+    """
+    originals: list[str] = []
+    for item in values if many and isinstance(values, list) else [values]:
+        originals.extend(redacted_originals(text, item))
+    error = response.get("error")
+    if not isinstance(error, dict):
+        return response
+    scrubbed = dict(error)
+    for field in ("message", "pgerror"):
+        if field in scrubbed:
+            scrubbed[field] = scrub_echoes(scrubbed[field], originals)
+    return {**response, "error": scrubbed}
 
 
 def _statement(text: str, values: Any) -> _Statement:
@@ -506,9 +532,11 @@ class RecordingCursor(_ext.cursor):
         sets = list(vars_list)  # a generator must reach psycopg2 intact: iterate it once here
         statement: _Statement | None = None
         try:
+            text = statement_text(query, _render(self))
             statement = _statement(
-                statement_text(query, _render(self)), [encode_params(item) for item in sets]
+                text, [redact_sql_values(text, encode_params(item)) for item in sets]
             )
+            statement.params = _MANY
         except Exception as exc:
             absorb("psycopg2.request", exc)
         return self._reproit_run(recorder, statement, _executemany, query, sets)

@@ -59,6 +59,7 @@ from reproit_otel.replay.session import active_session, report_divergence
 from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.redaction import scrub_value
 from reproit_otel.wire.replay import PG_DIVERGED_MESSAGE, ReplaySession, pg_probe
+from reproit_otel.wire.sql_redaction import redact_sql_values
 
 __all__ = [
     "SERVER_VERSION",
@@ -483,7 +484,7 @@ class StubCursor:
         """Serve the statement from the recording."""
         self._check()
         text = statement_text(query, offline.render)
-        values = None if vars is None else encode_params(vars)
+        values = None if vars is None else redact_sql_values(text, encode_params(vars))
         self.query = _query_bytes(query, vars)
         self._load(self._serve(text, values))
 
@@ -491,7 +492,8 @@ class StubCursor:
         """Serve the statement run once per parameter set (one recorded exchange)."""
         self._check()
         text = statement_text(query, offline.render)
-        self._load(self._serve(text, [encode_params(item) for item in vars_list]))
+        sets = [redact_sql_values(text, encode_params(item)) for item in vars_list]
+        self._load(self._serve(text, sets))
         self._reproit_rows = None
         self.description = None
 

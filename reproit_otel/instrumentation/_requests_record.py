@@ -41,7 +41,7 @@ import io
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypedDict
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from requests.structures import CaseInsensitiveDict
 from urllib3.response import HTTPResponse
@@ -50,6 +50,7 @@ from reproit_otel._guard import absorb, guarded
 from reproit_otel.instrumentation._exceptions import exception_type_name
 from reproit_otel.recording import ExchangeRecorder, Unrecordable
 from reproit_otel.wire._js import utf8_bytes
+from reproit_otel.wire.body_redaction import redact_text_body
 from reproit_otel.wire.bounds import (
     MAX_BODY_BYTES,
     MAX_STREAM_CHUNKS,
@@ -59,7 +60,7 @@ from reproit_otel.wire.bounds import (
     bounded_headers,
     is_event_stream,
 )
-from reproit_otel.wire.redaction import redact_url
+from reproit_otel.wire.redaction import redact_url, redact_urls_in_text
 from reproit_otel.wire.urls import url_path_and_query
 
 __all__ = [
@@ -92,7 +93,8 @@ def describe_error(error: BaseException) -> ErrorFields:
         message = str(error)
     except Exception:  # a broken __str__ must not lose the exchange
         message = repr(error)
-    return {"type": exception_type_name(error), "message": message}
+    # The message names the URL it failed on: redact it as the recorded URL is.
+    return {"type": exception_type_name(error), "message": redact_urls_in_text(message)}
 
 
 def _text(value: str | bytes) -> str:
@@ -100,18 +102,10 @@ def _text(value: str | bytes) -> str:
 
 
 def recorded_url(url: str | bytes | None) -> str:
-    """The URL as recorded and matched: no password in the user info, secret query values
-    replaced by ``$reproit`` (decision D8). Nothing else about the text changes."""
-    text = _text(url or "")
-    try:
-        parts = urlsplit(text)
-    except ValueError:
-        return redact_url(text)
-    if parts.password is not None:
-        user, _, host = parts.netloc.rpartition("@")
-        name = user.partition(":")[0]
-        text = urlunsplit(parts._replace(netloc=f"{name}@{host}"))
-    return redact_url(text)
+    """The URL as recorded and matched: a password in the user info, a user name standing
+    alone there (a token) and secret query and fragment values replaced by ``$reproit``
+    (decision D8). Nothing else about the text changes."""
+    return redact_url(_text(url or ""))
 
 
 def resource_of(url: str) -> str:
@@ -462,12 +456,12 @@ class RecordedCall:
             url = recorded_url(self._url)
             items, content_type = _headers_of(self._request_headers, self._request_type)
             request: dict[str, Any] = {"method": method, "url": url}
-            request.update(bounded_headers(_header_pairs(items)))
+            request.update(_url_headers_redacted(bounded_headers(_header_pairs(items))))
             body = self._request_body
             if body is None:
                 request.update(bounded_body(None, content_type))
             else:
-                request.update(body.fields(content_type))
+                request.update(_text_body_redacted(body.fields(content_type), content_type))
             exchange = {"protocol": "http", "request": request, "response": self._response()}
             return resource_of(url), effect_key(method, url), exchange
         raise Unrecordable("the exchange could not be recorded")
@@ -477,9 +471,9 @@ class RecordedCall:
             return {"error": self._error}
         response: dict[str, Any] = {"status": self._status}
         items, content_type = _headers_of(self._response_headers, self._response_type)
-        response.update(bounded_headers(_header_pairs(items)))
+        response.update(_url_headers_redacted(bounded_headers(_header_pairs(items))))
         tap = self._response_body
-        body = tap.fields(content_type)
+        body = _text_body_redacted(tap.fields(content_type), content_type)
         response.update(body)
         if "body" in body:
             stream = tap.stream(is_event_stream(content_type))
@@ -488,6 +482,29 @@ class RecordedCall:
         if self._error is not None:
             response["error"] = self._error
         return response
+
+
+# Headers whose value is a URL: an OAuth redirect carries its token in the Location fragment.
+_URL_HEADERS = ("location", "content-location", "referer")
+
+
+def _url_headers_redacted(fields: dict[str, Any]) -> dict[str, Any]:
+    """Bounded header fields with every URL-valued header redacted like a recorded URL."""
+    headers = fields.get("headers")
+    if not headers:
+        return fields
+    for name in _URL_HEADERS:
+        value = headers.get(name)
+        if isinstance(value, str):
+            headers[name] = redact_url(value)
+    return fields
+
+
+def _text_body_redacted(fields: dict[str, Any], content_type: str | None) -> dict[str, Any]:
+    """Bounded body fields with a form or JSON text body redacted by the names inside it."""
+    if "body" in fields:
+        fields["body"] = redact_text_body(fields["body"], content_type)
+    return fields
 
 
 def _exhausted(raw: Any) -> bool:

@@ -31,6 +31,7 @@ from urllib3.response import HTTPResponse
 from reproit_otel.instrumentation._exceptions import allowed_exception_classes
 from reproit_otel.instrumentation._requests_record import recorded_url
 from reproit_otel.wire._js import UNSET
+from reproit_otel.wire.body_redaction import redact_text_body
 from reproit_otel.wire.matching import try_json
 from reproit_otel.wire.redaction import scrub_secret_values, scrub_value
 from reproit_otel.wire.replay import ReplaySession, ServedResponse, serve_http
@@ -173,7 +174,8 @@ def live_probe(prepared: Any, secrets: Iterable[str]) -> dict[str, Any]:
         content_type = (prepared.headers or {}).get("content-type")
         if isinstance(content_type, bytes):
             content_type = content_type.decode("latin-1")
-        probe["body"] = scrub_value(try_json(text, content_type), secret_list)
+        body = redact_text_body(try_json(text, content_type), content_type)
+        probe["body"] = scrub_value(body, secret_list)
     return probe
 
 

@@ -19,9 +19,13 @@ replays (the matcher walks the recorded body and wildcards only the placeholder 
   interpreter stack nor recurse without bound.
 
 A key is secret (:func:`is_secret_key`) when its *folded* name contains one of the 14
-:data:`SECRET_PARTS`. Folding drops every character that is not ASCII ``A-Z a-z 0-9`` and
+:data:`SECRET_PARTS` of the capture wire or one of the :data:`SERVICE_SECRET_PARTS` that
+services use beyond them (``pwd``, ``jwt``, ``sessionid``, ``credentials``, ...), or is
+exactly one of the short :data:`SERVICE_SECRET_NAMES` (``otp``, ``sig``, ...; too short to
+test as substrings). Folding drops every character that is not ASCII ``A-Z a-z 0-9`` and
 lowercases the rest, so ``X-Api-Key``, ``Access Key``, ``user_email`` and ``tokenizer`` are
-secret and ``username`` is not. The substring rule is deliberate.
+secret and ``username`` is not. The substring rule is deliberate. Redacting more keys than
+the reference keeps every batch valid: a placeholder is a placeholder wherever it sits.
 
 The placeholder (:func:`placeholder`) is ``{"$reproit": {"redacted": true, "type": T,
 "length": L}}``: ``T`` is ``string`` (``L`` = number of code points), ``array`` (``L`` =
@@ -37,10 +41,18 @@ placeholder :data:`TEXT_PLACEHOLDER`, the eight characters ``$reproit``:
 
 * :func:`redact_url` replaces the value of every query parameter whose (percent-decoded)
   name is secret: ``https://api/x?token=abc&page=2`` becomes
-  ``https://api/x?token=$reproit&page=2``. Everything else, including parameter order,
-  empty values, the fragment and text without a query, stays byte-identical. ``$`` is legal
-  in a query, so the placeholder survives URL normalization. It works on effect keys such as
-  ``GET /x?token=abc`` as well.
+  ``https://api/x?token=$reproit&page=2``. The fragment is treated the same way
+  (``#access_token=abc&state=1``, an OAuth implicit-grant redirect). In the URL's user info a
+  user name alone is how tokens ride in URLs (``https://ghp_abc@host`` becomes
+  ``https://$reproit@host``), and beside a password only the password goes
+  (``https://ada:pw@host`` becomes ``https://ada:$reproit@host``). Everything else, including
+  parameter order, empty values and text without a query, stays byte-identical. ``$`` is
+  legal in a query, so the placeholder survives URL normalization. It works on effect keys
+  such as ``GET /x?token=abc`` as well.
+* :func:`redact_urls_in_text` does the same to every URL inside a free text (a transport
+  error's message names the URL it failed on).
+* :func:`redact_form` does the same to an ``application/x-www-form-urlencoded`` body
+  (``grant_type=password&password=hunter2``).
 * :func:`scrub_secret_values` replaces every occurrence of configured secret values (for
   example from ``REPROIT_SECRET_VALUES``) in a text: ``Bearer sk_live_1234`` becomes
   ``Bearer $reproit``. Values shorter than :data:`MIN_SECRET_LENGTH` code points are ignored
@@ -65,13 +77,17 @@ __all__ = [
     "MIN_SECRET_LENGTH",
     "PLACEHOLDER_KEY",
     "SECRET_PARTS",
+    "SERVICE_SECRET_NAMES",
+    "SERVICE_SECRET_PARTS",
     "TEXT_PLACEHOLDER",
     "Placeholder",
     "PlaceholderBody",
     "is_secret_key",
     "placeholder",
     "redact",
+    "redact_form",
     "redact_url",
+    "redact_urls_in_text",
     "scrub_secret_values",
     "scrub_value",
 ]
@@ -93,6 +109,34 @@ SECRET_PARTS: Final[tuple[str, ...]] = (
     "idempotencykey",
 )
 """The 14 fragments of the capture wire; a folded key name containing one is secret."""
+
+SERVICE_SECRET_PARTS: Final[tuple[str, ...]] = (
+    "pwd",
+    "passphrase",
+    "passcode",
+    "jwt",
+    "sessionid",
+    "sessid",
+    "sessionkey",
+    "credential",
+    "authkey",
+    "subscriptionkey",
+    "encryptionkey",
+    "masterkey",
+    "clientkey",
+    "csrf",
+    "xsrf",
+    "signature",
+    "bearer",
+    "connectionstring",
+)
+"""Fragments services use for secrets beyond the capture wire's 14 (``x-auth-key``,
+``ocp-apim-subscription-key``, ``PHPSESSID``, ``X-Amz-Signature``, ``client_credentials``...);
+a folded key name containing one is secret too."""
+
+SERVICE_SECRET_NAMES: Final[frozenset[str]] = frozenset({"otp", "sig", "pin", "cvv", "cvc"})
+"""Folded key names that are secret only as a whole name (as substrings they would match
+ordinary words: ``footprint``, ``spinner``)."""
 
 PLACEHOLDER_KEY: Final = "$reproit"
 """The single key of a placeholder object (also what the replay matcher wildcards on)."""
@@ -118,16 +162,18 @@ Placeholder = TypedDict("Placeholder", {"$reproit": PlaceholderBody})
 """``{"$reproit": {"redacted": true, "type": ..., "length": ...}}``."""
 
 _NOT_FOLDED = re.compile(r"[^A-Za-z0-9]+")
-_SECRET_PART = re.compile("|".join(SECRET_PARTS))
+_SECRET_PART = re.compile("|".join((*SECRET_PARTS, *SERVICE_SECRET_PARTS)))
 
 
 @lru_cache(maxsize=4096)
 def _is_secret_name(name: str) -> bool:
-    return _SECRET_PART.search(_NOT_FOLDED.sub("", name).lower()) is not None
+    folded = _NOT_FOLDED.sub("", name).lower()
+    return folded in SERVICE_SECRET_NAMES or _SECRET_PART.search(folded) is not None
 
 
 def is_secret_key(name: object) -> bool:
-    """True when the folded ``name`` contains one of :data:`SECRET_PARTS`.
+    """True when the folded ``name`` contains one of :data:`SECRET_PARTS` or
+    :data:`SERVICE_SECRET_PARTS`, or is one of :data:`SERVICE_SECRET_NAMES`.
 
     A name that is not a string is first named as JavaScript would (``String(name)``).
     """
@@ -199,28 +245,99 @@ def redact(value: Any) -> Any:
     return result
 
 
-def redact_url(url: str) -> str:
-    """``url`` with the value of every secret-named query parameter replaced (D8).
-
-    The query is the text between the first ``?`` and the fragment's ``#``; parameters are
-    separated by ``&`` and a name is percent-decoded (``+`` as space) before the secret-key
-    test. A parameter without ``=`` or with an empty value is kept as it is.
-    """
-    hash_at = url.find("#")
-    head = url if hash_at < 0 else url[:hash_at]
-    query_at = head.find("?")
-    if query_at < 0:
-        return url
-    parts = head[query_at + 1 :].split("&")
+def _redact_pairs(text: str) -> str | None:
+    """``name=value&...`` with every secret-named value replaced; None when nothing was."""
+    parts = text.split("&")
     changed = False
     for index, part in enumerate(parts):
         name, equals, value = part.partition("=")
         if equals and value and value != TEXT_PLACEHOLDER and is_secret_key(unquote_plus(name)):
             parts[index] = name + "=" + TEXT_PLACEHOLDER
             changed = True
-    if not changed:
+    return "&".join(parts) if changed else None
+
+
+def redact_form(text: str) -> str:
+    """An ``application/x-www-form-urlencoded`` text with secret-named values replaced.
+
+    Names are percent-decoded (``+`` as space) before the secret-key test; every other byte
+    stays as it was.
+    """
+    return _redact_pairs(text) or text
+
+
+def _redact_user_info(url: str) -> str:
+    """``url`` with the user name (and password) of its authority replaced."""
+    scheme_end = url.find("://")
+    if scheme_end <= 0:
         return url
-    return head[: query_at + 1] + "&".join(parts) + url[len(head) :]
+    start = scheme_end + 3
+    end = len(url)
+    for stop in "/?#":
+        found = url.find(stop, start)
+        if 0 <= found < end:
+            end = found
+    at = url.rfind("@", start, end)
+    if at <= start:
+        return url
+    user, colon, password = url[start:at].partition(":")
+    if colon:  # a user name beside a password names someone: only the password goes
+        info = user + colon + (TEXT_PLACEHOLDER if password else "")
+    else:  # a user name alone is how tokens ride in URLs (https://ghp_...@github.com)
+        info = TEXT_PLACEHOLDER if user else ""
+    return url[:start] + info + url[at:]
+
+
+def redact_url(url: str) -> str:
+    """``url`` with secret-named query and fragment values and its user info replaced (D8).
+
+    The query is the text between the first ``?`` and the fragment's ``#``; parameters in the
+    query and in the fragment are separated by ``&`` and a name is percent-decoded (``+`` as
+    space) before the secret-key test. A parameter without ``=`` or with an empty value is
+    kept as it is. In the user info before the host of ``scheme://`` a password is replaced,
+    and so is a user name that has no password beside it (a token).
+    """
+    url = _redact_user_info(url)
+    hash_at = url.find("#")
+    head = url if hash_at < 0 else url[:hash_at]
+    fragment = "" if hash_at < 0 else url[hash_at + 1 :]
+    query_at = head.find("?")
+    query = None if query_at < 0 else _redact_pairs(head[query_at + 1 :])
+    if query is not None:
+        head = head[: query_at + 1] + query
+    redacted_fragment = _redact_pairs(fragment) if fragment else None
+    if query is None and redacted_fragment is None:
+        return url
+    if hash_at < 0:
+        return head
+    return head + "#" + (fragment if redacted_fragment is None else redacted_fragment)
+
+
+# A ``name=value`` pair of a query or fragment inside free text; the value stops at what
+# ends a URL in prose or in a Python repr (quotes, brackets, white space, comma).
+_TEXT_PAIR = re.compile(r"(?<=[?&#;])([^=&#;\s'\"?<>()]+)=([^&#;\s'\"<>(),]+)")
+_TEXT_USER_INFO = re.compile(r"(?<=://)([^/?#@\s'\"<>()]+)@")
+
+
+def _text_pair(match: re.Match[str]) -> str:
+    name, value = match.group(1), match.group(2)
+    if value == TEXT_PLACEHOLDER or not is_secret_key(unquote_plus(name)):
+        return match.group(0)
+    return f"{name}={TEXT_PLACEHOLDER}"
+
+
+def redact_urls_in_text(text: str) -> str:
+    """``text`` with every URL in it redacted as :func:`redact_url` would (D8).
+
+    For prose that names URLs (``Max retries exceeded with url: /v1?api_key=...``): a
+    ``name=value`` after ``?``, ``&``, ``#`` or ``;`` whose name is secret has its value
+    replaced, and the user info after ``://`` becomes ``$reproit``.
+    """
+    if "=" in text:
+        text = _TEXT_PAIR.sub(_text_pair, text)
+    if "://" in text:
+        text = _TEXT_USER_INFO.sub(TEXT_PLACEHOLDER + "@", text)
+    return text
 
 
 @lru_cache(maxsize=64)

@@ -1,0 +1,313 @@
+"""Redaction of SQL parameters by the column they bind to (decision D8, beyond section 3).
+
+Named parameters (``%(password)s``) travel as an object and are redacted by their key like
+any JSON value. Positional parameters travel as an array, where no key names them, so
+:func:`redact_sql_values` reads the statement to learn which column each placeholder binds
+to and replaces the value of every placeholder bound to a secret-named column::
+
+    redact_sql_values("UPDATE users SET token = %s WHERE id = %s", ["tok_123456", 7])
+    # [{"$reproit": {"redacted": True, "type": "string", "length": 10}}, 7]
+
+What the statement says, and so what is understood:
+
+* ``INSERT INTO t (email, password_hash) VALUES (%s, %s), (%s, %s)``: each item of every
+  ``VALUES`` row binds to the column at its position (``crypt(%s, ...)`` included);
+* ``column <op> %s`` and ``%s <op> column`` for ``=``, ``<>``, ``!=``, ``<``, ``>``, ``<=``,
+  ``>=``, ``LIKE``, ``ILIKE`` (``UPDATE ... SET token = %s``, ``WHERE api_key = %s``), and
+  ``column IN (%s, %s)`` / ``column = ANY(%s)``; a qualified name (``u.password``) is judged
+  by its last part, a quoted one without its quotes;
+* a named placeholder bound to a secret column (``WHERE password = %(p1)s``) has its key's
+  value redacted as well.
+
+String literals, quoted identifiers, comments and dollar-quoted bodies are skipped, ``%%`` is
+a literal percent sign. What the parser does not understand is left as it is (key-name and
+secret-value redaction still apply).
+
+A database error can echo a value the exchange redacted (``DETAIL: Key (email)=(a@b.c)
+already exists.``, ``Failing row contains (...)``): :func:`scrub_echoes` replaces each such
+value in an error text, and the value inside ``Key (col)=(...)`` when a column is secret.
+The recorder and the replay side apply the same rules, so a redacted recording still matches.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
+from typing import Any, NamedTuple
+
+from reproit_otel.wire.redaction import (
+    MIN_SECRET_LENGTH,
+    PLACEHOLDER_KEY,
+    TEXT_PLACEHOLDER,
+    is_secret_key,
+    placeholder,
+)
+
+__all__ = ["SecretBindings", "redact_sql_values", "redacted_originals", "scrub_echoes"]
+
+_COMPARISONS = frozenset({"=", "<>", "!=", "<", ">", "<=", ">=", "like", "ilike"})
+
+
+class SecretBindings(NamedTuple):
+    """Which placeholders of a statement bind to a secret-named column."""
+
+    positions: frozenset[int]
+    """Indexes of positional ``%s`` placeholders (counted from 0)."""
+    names: frozenset[str]
+    """Names of ``%(name)s`` placeholders."""
+
+
+class _Token(NamedTuple):
+    kind: str  # "word", "ident" (quoted), "param", "op", "(", ")", ","
+    text: str
+    position: int = -1  # for "param": positional index, or -1 for a named one
+
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
+_DOLLAR_TAG = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
+_NAMED = re.compile(r"%\(([^)]*)\)s")
+_OPERATOR = re.compile(r"[<>=!]+")
+
+
+def _skip_quoted(text: str, start: int, quote: str, backslash: bool) -> int:
+    """The index after the literal opened at ``start`` (a doubled quote stays inside)."""
+    index = start + 1
+    while index < len(text):
+        char = text[index]
+        if backslash and char == "\\":
+            index += 2
+            continue
+        if char == quote:
+            if index + 1 < len(text) and text[index + 1] == quote:
+                index += 2
+                continue
+            return index + 1
+        index += 1
+    return index
+
+
+def _tokens(text: str) -> list[_Token]:
+    tokens: list[_Token] = []
+    positional = 0
+    index = 0
+    length = len(text)
+    while index < length:
+        char = text[index]
+        if char.isspace():
+            index += 1
+        elif char == "-" and text.startswith("--", index):
+            end = text.find("\n", index)
+            index = length if end < 0 else end + 1
+        elif char == "/" and text.startswith("/*", index):
+            end = text.find("*/", index + 2)
+            index = length if end < 0 else end + 2
+        elif char == "'":
+            escaped = index > 0 and text[index - 1] in "eE"
+            index = _skip_quoted(text, index, "'", escaped)
+        elif char == '"':
+            end = _skip_quoted(text, index, '"', False)
+            tokens.append(_Token("ident", text[index + 1 : end - 1].replace('""', '"')))
+            index = end
+        elif char == "$" and (tag := _DOLLAR_TAG.match(text, index)) is not None:
+            end = text.find(tag.group(0), tag.end())
+            index = length if end < 0 else end + len(tag.group(0))
+        elif char == "%":
+            if text.startswith("%%", index):
+                index += 2
+            elif text.startswith("%s", index):
+                tokens.append(_Token("param", "", positional))
+                positional += 1
+                index += 2
+            elif (named := _NAMED.match(text, index)) is not None:
+                tokens.append(_Token("param", named.group(1)))
+                index = named.end()
+            else:
+                index += 1
+        elif (word := _WORD.match(text, index)) is not None:
+            tokens.append(_Token("word", word.group(0)))
+            index = word.end()
+        elif char in "(),":
+            tokens.append(_Token(char, char))
+            index += 1
+        elif (operator := _OPERATOR.match(text, index)) is not None:
+            tokens.append(_Token("op", operator.group(0)))
+            index = operator.end()
+        elif char == ".":
+            tokens.append(_Token(".", "."))
+            index += 1
+        else:
+            index += 1
+    return tokens
+
+
+def _column_before(tokens: list[_Token], at: int) -> str | None:
+    """The column named right before ``tokens[at]`` (last part of a qualified name)."""
+    if at < 0 or tokens[at].kind not in ("word", "ident"):
+        return None
+    return tokens[at].text
+
+
+def _is_comparison(token: _Token) -> bool:
+    return token.kind in {"op", "word"} and token.text.lower() in _COMPARISONS
+
+
+def _compared_column(tokens: list[_Token], at: int) -> str | None:
+    """The column a placeholder at ``at`` is compared with or assigned to, if any."""
+    back = at - 1
+    # Inside IN (...) or ANY(...): walk back over the list to its parenthesis.
+    while back >= 0 and tokens[back].kind in ("param", ","):
+        back -= 1
+    if back >= 0 and tokens[back].kind == "(" and back < at:
+        keyword = tokens[back - 1] if back >= 1 else None
+        if keyword is not None and keyword.kind == "word":
+            word = keyword.text.lower()
+            if word == "in":
+                return _column_before(tokens, back - 2)
+            if word in ("any", "all") and back >= 2 and _is_comparison(tokens[back - 2]):
+                return _column_before(tokens, back - 3)
+    if at >= 2 and _is_comparison(tokens[at - 1]):
+        return _column_before(tokens, at - 2)
+    if at + 2 < len(tokens) and _is_comparison(tokens[at + 1]):
+        after = tokens[at + 2]
+        if after.kind in ("word", "ident"):
+            name = after.text
+            step = at + 3
+            while step + 1 < len(tokens) and tokens[step].kind == ".":
+                name = tokens[step + 1].text
+                step += 2
+            return name
+    return None
+
+
+def _insert_columns(tokens: list[_Token]) -> dict[int, str]:
+    """For ``INSERT INTO t (cols) VALUES (...)``: token index of each placeholder -> column."""
+    bound: dict[int, str] = {}
+    lowered = [t.text.lower() if t.kind == "word" else None for t in tokens]
+    if "insert" not in lowered or "values" not in lowered:
+        return bound
+    values_at = lowered.index("values")
+    close = values_at - 1
+    if close < 0 or tokens[close].kind != ")":
+        return bound
+    open_at = close - 1
+    while open_at >= 0 and tokens[open_at].kind != "(":
+        open_at -= 1
+    columns = [t.text for t in tokens[open_at + 1 : close] if t.kind in ("word", "ident")]
+    depth = 0
+    item = 0
+    for index in range(values_at + 1, len(tokens)):
+        token = tokens[index]
+        if token.kind == "(":
+            depth += 1
+            if depth == 1:
+                item = 0
+        elif token.kind == ")":
+            depth -= 1
+            if depth < 0:
+                break
+        elif token.kind == "," and depth == 1:
+            item += 1
+        elif token.kind == "word" and depth == 0 and token.text.lower() != "values":
+            break  # RETURNING, ON CONFLICT: the rows are over
+        elif token.kind == "param" and depth >= 1 and item < len(columns):
+            bound[index] = columns[item]
+    return bound
+
+
+@lru_cache(maxsize=1024)
+def secret_bindings(text: str) -> SecretBindings:
+    """Which placeholders of ``text`` bind to a secret-named column."""
+    tokens = _tokens(text)
+    inserted = _insert_columns(tokens)
+    positions: set[int] = set()
+    names: set[str] = set()
+    for at, token in enumerate(tokens):
+        if token.kind != "param":
+            continue
+        column = inserted.get(at) or _compared_column(tokens, at)
+        if column is None or not is_secret_key(column):
+            continue
+        if token.position >= 0:
+            positions.add(token.position)
+        else:
+            names.add(token.text)
+    return SecretBindings(frozenset(positions), frozenset(names))
+
+
+def _is_placeholder(value: Any) -> bool:
+    return isinstance(value, Mapping) and bool(value.get(PLACEHOLDER_KEY))
+
+
+def redact_sql_values(text: str, values: Any) -> Any:
+    """``values`` of the statement ``text`` with secret-bound parameters as placeholders.
+
+    ``values`` is the recorded form: a list for positional parameters, an object for named
+    ones; anything else (``None``) comes back unchanged, as does a value already redacted.
+    """
+    if not isinstance(text, str) or not isinstance(values, (list, dict)) or not values:
+        return values
+    bindings = secret_bindings(text)
+    if isinstance(values, list):
+        if not bindings.positions:
+            return values
+        return [
+            placeholder(value)
+            if index in bindings.positions and not _is_placeholder(value)
+            else value
+            for index, value in enumerate(values)
+        ]
+    if not bindings.names:
+        return values
+    return {
+        key: placeholder(value) if key in bindings.names and not _is_placeholder(value) else value
+        for key, value in values.items()
+    }
+
+
+def redacted_originals(text: str, values: Any) -> list[str]:
+    """The text of every parameter :func:`redact_sql_values` or key-name redaction hides.
+
+    These are the values an error message may echo; only those of at least
+    :data:`~reproit_otel.wire.redaction.MIN_SECRET_LENGTH` characters are returned.
+    """
+    found: list[str] = []
+    if not isinstance(values, (list, dict)) or not values:
+        return found
+    bindings = (
+        secret_bindings(text) if isinstance(text, str) else SecretBindings(frozenset(), frozenset())
+    )
+    if isinstance(values, list):
+        chosen: Iterable[Any] = (v for i, v in enumerate(values) if i in bindings.positions)
+    else:
+        chosen = (v for k, v in values.items() if k in bindings.names or is_secret_key(k))
+    for value in chosen:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            shown = value if isinstance(value, str) else str(value)
+            if len(shown) >= MIN_SECRET_LENGTH:
+                found.append(shown)
+    return found
+
+
+_KEY_DETAIL = re.compile(r"Key \(([^)]*)\)=\((.*?)\)(?= already exists| is not present|\.|$)")
+
+
+def _scrub_key_detail(match: re.Match[str]) -> str:
+    columns = [c.strip().strip('"') for c in match.group(1).split(",")]
+    if any(is_secret_key(column) for column in columns):
+        return f"Key ({match.group(1)})=({TEXT_PLACEHOLDER})"
+    return match.group(0)
+
+
+def scrub_echoes(message: Any, originals: Iterable[str]) -> Any:
+    """An error text with every echoed redacted value replaced by ``$reproit``.
+
+    ``originals`` are the values the exchange redacted (:func:`redacted_originals`); the value
+    of a ``Key (col)=(...)`` detail naming a secret column is replaced too. A non-string
+    ``message`` comes back unchanged.
+    """
+    if not isinstance(message, str):
+        return message
+    for original in sorted(set(originals), key=len, reverse=True):
+        message = message.replace(original, TEXT_PLACEHOLDER)
+    return _KEY_DETAIL.sub(_scrub_key_detail, message)
