@@ -13,6 +13,8 @@ replays (the matcher walks the recorded body and wildcards only the placeholder 
     #  "lines": [{"apiKey": {"$reproit": {"redacted": True, "type": "string", "length": 1}}}]}
 
 * Every key survives at its own depth; arrays keep their length; ``None`` stays ``None``.
+* A value that is a placeholder already (redacted earlier, by a text or SQL rule) stays that
+  placeholder, so redacting twice changes nothing.
 * :data:`~reproit_otel.wire._js.UNSET` (JavaScript ``undefined``) becomes ``None``.
 * Keys that are not strings are named as JavaScript names them (``String(key)``).
 * The walk uses an explicit stack: thousands of nesting levels neither overflow the
@@ -82,6 +84,7 @@ __all__ = [
     "TEXT_PLACEHOLDER",
     "Placeholder",
     "PlaceholderBody",
+    "is_placeholder",
     "is_secret_key",
     "placeholder",
     "redact",
@@ -209,6 +212,14 @@ def placeholder(value: Any) -> Placeholder:
     return {PLACEHOLDER_KEY: {"redacted": True, "type": kind, "length": length}}
 
 
+def is_placeholder(value: Any) -> bool:
+    """True when ``value`` is a placeholder object already (a value redacted earlier)."""
+    if not isinstance(value, Mapping) or len(value) != 1:
+        return False
+    body = value.get(PLACEHOLDER_KEY)
+    return isinstance(body, Mapping) and body.get("redacted") is True
+
+
 def _shell(value: Any) -> tuple[Any, bool]:
     """An empty copy of a container (True: still to fill) or the scalar as it is recorded."""
     if isinstance(value, Mapping):
@@ -230,7 +241,7 @@ def redact(value: Any) -> Any:
             for key, child in source.items():
                 name = key if isinstance(key, str) else js_string(key)
                 if _is_secret_name(name):
-                    target[name] = placeholder(child)
+                    target[name] = child if is_placeholder(child) else placeholder(child)
                     continue
                 copy, is_container = _shell(child)
                 target[name] = copy
@@ -323,7 +334,8 @@ def _text_pair(match: re.Match[str]) -> str:
     name, value = match.group(1), match.group(2)
     if value == TEXT_PLACEHOLDER or not is_secret_key(unquote_plus(name)):
         return match.group(0)
-    return f"{name}={TEXT_PLACEHOLDER}"
+    tail = value[len(value.rstrip(".:")) :]  # the end of a sentence is not part of the URL
+    return f"{name}={TEXT_PLACEHOLDER}{tail}"
 
 
 def redact_urls_in_text(text: str) -> str:

@@ -99,10 +99,9 @@ def live_redactor(secrets: Iterable[str] | Callable[[], Iterable[str]] = ()) -> 
     object) go through key-name redaction, as the recorded request did. Every string of the
     probe (``url``, ``body``, and for ``pg`` the statement ``text`` and ``values``) then has
     the configured secret values replaced. Other protocols (``invoke``) get only the value
-    replacement: their probe is built redacted by the caller, and key-name redaction of an
-    already redacted value is not a no-op. ``secrets`` is the list of secret values, or a
-    callable returning the current list (read at each call, so secrets registered later
-    still apply).
+    replacement: their probe is built redacted by the caller. ``secrets`` is the list of
+    secret values, or a callable returning the current list (read at each call, so secrets
+    registered later still apply).
     """
 
     def redact_probe(protocol: str, probe: dict[str, Any]) -> dict[str, Any]:

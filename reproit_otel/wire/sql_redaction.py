@@ -87,6 +87,36 @@ def _skip_quoted(text: str, start: int, quote: str, backslash: bool) -> int:
     return index
 
 
+def _params_in(segment: str) -> int:
+    """How many positional ``%s`` psycopg2 fills in ``segment`` (it does not read SQL: a
+    placeholder inside a literal or a comment is filled too, so it still counts)."""
+    count = 0
+    index = segment.find("%")
+    while 0 <= index < len(segment) - 1:
+        following = segment[index + 1]
+        if following == "s":
+            count += 1
+        index = segment.find("%", index + 2)
+    return count
+
+
+def _skipped_end(text: str, index: int) -> int | None:
+    """The end of the literal, quoted name, comment or dollar body at ``index``, if any."""
+    char = text[index]
+    if char == "-" and text.startswith("--", index):
+        end = text.find("\n", index)
+        return len(text) if end < 0 else end + 1
+    if char == "/" and text.startswith("/*", index):
+        end = text.find("*/", index + 2)
+        return len(text) if end < 0 else end + 2
+    if char == "'":
+        return _skip_quoted(text, index, "'", index > 0 and text[index - 1] in "eE")
+    if char == "$" and (tag := _DOLLAR_TAG.match(text, index)) is not None:
+        end = text.find(tag.group(0), tag.end())
+        return len(text) if end < 0 else end + len(tag.group(0))
+    return None
+
+
 def _tokens(text: str) -> list[_Token]:
     tokens: list[_Token] = []
     positional = 0
@@ -96,22 +126,15 @@ def _tokens(text: str) -> list[_Token]:
         char = text[index]
         if char.isspace():
             index += 1
-        elif char == "-" and text.startswith("--", index):
-            end = text.find("\n", index)
-            index = length if end < 0 else end + 1
-        elif char == "/" and text.startswith("/*", index):
-            end = text.find("*/", index + 2)
-            index = length if end < 0 else end + 2
-        elif char == "'":
-            escaped = index > 0 and text[index - 1] in "eE"
-            index = _skip_quoted(text, index, "'", escaped)
+        elif (end := _skipped_end(text, index)) is not None:
+            positional += _params_in(text[index:end])
+            index = end
         elif char == '"':
             end = _skip_quoted(text, index, '"', False)
-            tokens.append(_Token("ident", text[index + 1 : end - 1].replace('""', '"')))
+            name = text[index + 1 : end - 1]
+            positional += _params_in(name)
+            tokens.append(_Token("ident", name.replace('""', '"')))
             index = end
-        elif char == "$" and (tag := _DOLLAR_TAG.match(text, index)) is not None:
-            end = text.find(tag.group(0), tag.end())
-            index = length if end < 0 else end + len(tag.group(0))
         elif char == "%":
             if text.startswith("%%", index):
                 index += 2
@@ -127,15 +150,12 @@ def _tokens(text: str) -> list[_Token]:
         elif (word := _WORD.match(text, index)) is not None:
             tokens.append(_Token("word", word.group(0)))
             index = word.end()
-        elif char in "(),":
+        elif char in "(),.":
             tokens.append(_Token(char, char))
             index += 1
         elif (operator := _OPERATOR.match(text, index)) is not None:
             tokens.append(_Token("op", operator.group(0)))
             index = operator.end()
-        elif char == ".":
-            tokens.append(_Token(".", "."))
-            index += 1
         else:
             index += 1
     return tokens

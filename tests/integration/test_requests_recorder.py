@@ -402,7 +402,10 @@ def test_password_in_user_info_is_never_recorded(upstream: Upstream, capture: Ca
     url = f"http://ada:hunter2@127.0.0.1:{upstream.port}/json"
     _, events = capture.operation(lambda: requests.get(url).status_code)
     [effect] = effects(events)
-    assert effect["exchange"]["request"]["url"] == f"http://ada:$reproit@127.0.0.1:{upstream.port}/json"
+    assert (
+        effect["exchange"]["request"]["url"]
+        == f"http://ada:$reproit@127.0.0.1:{upstream.port}/json"
+    )
     assert "hunter2" not in json.dumps(events)
 
 

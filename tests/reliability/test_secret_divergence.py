@@ -303,7 +303,9 @@ def test_divergence_lines_of_http_pg_and_invoke_hold_no_secret(
     assert [r["protocol"] for r in reports] == ["http", "pg", "pg", "invoke"]
     assert reports[0]["got"] == {
         "method": "POST",
-        "url": (f"http://ada:$reproit@payments.internal/charge?access_token=$reproit&page=2&item={MARKER}"),
+        "url": (
+            f"http://ada:$reproit@payments.internal/charge?access_token=$reproit&page=2&item={MARKER}"
+        ),
         "body": {
             "password": placeholder(FIXED.in_body),
             "note": f"{MARKER} $reproit $reproit",
