@@ -51,6 +51,7 @@ from reproit_otel._guard import guarded
 from reproit_otel.errors import TraceError
 from reproit_otel.recording import DeferredExchange, Unrecordable
 from reproit_otel.wire._js import UNSET
+from reproit_otel.wire.exact_body import scrub_exact_bytes
 from reproit_otel.wire.redaction import scrub_secret_values, scrub_value
 from reproit_otel.wire.trace import BackendTrace, marked_oracle
 
@@ -296,7 +297,7 @@ class Operation:
         """Push the exchange as an effect (secret values scrubbed first, D8)."""
         secrets = self._secrets()
         if secrets:
-            exchange = scrub_value(exchange, secrets)
+            exchange = scrub_exact_bytes(scrub_value(exchange, secrets), secrets)
             resource = None if resource is None else scrub_secret_values(resource, secrets)
             key = None if key is None else scrub_secret_values(key, secrets)
         with self._lock:
@@ -537,7 +538,7 @@ def _build(
             if callable(secrets):
                 secrets = secrets()
             if secrets:
-                exchange = scrub_value(exchange, secrets)
+                exchange = scrub_exact_bytes(scrub_value(exchange, secrets), secrets)
                 resource = None if resource is None else scrub_secret_values(resource, secrets)
                 key = None if key is None else scrub_secret_values(key, secrets)
             return (

@@ -60,6 +60,7 @@ from reproit_otel.wire.bounds import (
     bounded_headers,
     is_event_stream,
 )
+from reproit_otel.wire.exact_body import EXACT_BYTES_FIELD, exact_body
 from reproit_otel.wire.redaction import redact_url, redact_urls_in_text
 from reproit_otel.wire.urls import url_path_and_query
 
@@ -172,11 +173,17 @@ class BodyTap:
             if self._pieces <= MAX_STREAM_CHUNKS:
                 chunks.append(count)
 
-    def fields(self, content_type: str | None) -> dict[str, Any]:
-        """The body fields of section 4.2 for everything added so far."""
+    def fields(self, content_type: str | None, *, exact: bool = False) -> dict[str, Any]:
+        """The body fields of section 4.2 for everything added so far.
+
+        ``exact`` (response bodies) records them so that a replay serves these very bytes
+        (:func:`~reproit_otel.wire.exact_body.exact_body`).
+        """
         if self.size > MAX_BODY_BYTES:
             sha = self._sha if self._sha is not None else hashlib.sha256(self._kept)
             return {"bodyBytes": self.size, "bodySha256": sha.hexdigest(), "truncated": True}
+        if exact:
+            return exact_body(bytes(self._kept), content_type)
         return bounded_body(bytes(self._kept) if self.size else None, content_type)
 
     def stream(self, event_stream: bool) -> StreamFields | None:
@@ -473,7 +480,11 @@ class RecordedCall:
         items, content_type = _headers_of(self._response_headers, self._response_type)
         response.update(_url_headers_redacted(bounded_headers(_header_pairs(items))))
         tap = self._response_body
-        body = _text_body_redacted(tap.fields(content_type), content_type)
+        body = tap.fields(content_type, exact=True)
+        text = body.get("body")
+        body = _text_body_redacted(body, content_type)
+        if body.get("body") is not text:  # redacted: the exact bytes would still hold it
+            body.pop(EXACT_BYTES_FIELD, None)
         response.update(body)
         if "body" in body:
             stream = tap.stream(is_event_stream(content_type))

@@ -85,10 +85,18 @@ same password and query rule, configured secret values scrubbed from the URL and
 Request headers are never compared. OpenTelemetry CLIENT spans are still produced, since the
 OpenTelemetry requests instrumentation wraps ``Session.send`` above this seam.
 
-Limits: a JSON body is recorded as its parsed value, so it is served re-serialized (compact,
-in the capsule's key order): ``json()`` returns the same value, ``content`` may differ in
-spacing and key order. A body is text (PROTOCOL 4.2 has no binary mode): invalid UTF-8 is
-recorded, and served, as U+FFFD. Response headers whose names are secret (``set-cookie``,
+Response bodies replay byte for byte (:mod:`reproit_otel.wire.exact_body`): ``content``,
+``text``, ``json()``, ``iter_content``, ``iter_lines`` and ``raw`` give the bytes read live,
+with their key order, number spelling (``9.0`` stays a float), whitespace, escapes and
+charset. A JSON body whose canonical JSON is the text read keeps its parsed value; any other
+JSON body is recorded as its text; a body that is not UTF-8 keeps the reference's lossy text
+in ``body`` and its exact bytes in ``bodyBase64``. The bytes served are worked out once, when
+the capsule is loaded.
+
+Limits: a JSON body holding a secret key is kept parsed so that the key's value is redacted,
+and is served re-serialized (``json()`` gives the redacted value). A configured secret value
+found in a body that is not UTF-8 drops its exact bytes: the scrubbed lossy text is served.
+Response headers whose names are secret (``set-cookie``,
 ...) were redacted at capture and are not served, so replayed responses set no cookies. A
 body the application read with ``raw.read(decode_content=False)`` is recorded as the
 (compressed) bytes it read.
@@ -121,7 +129,6 @@ from reproit_otel.recording import (
     start_exchange,
 )
 from reproit_otel.replay.session import active_session, report_divergence
-from reproit_otel.wire._js import utf8_bytes
 
 __all__ = [
     "RequestsReplayInstrumentor",
@@ -247,7 +254,7 @@ def _replay_send(secrets: tuple[str, ...]) -> _Send:
         body_error = None
         if result.body_error is not None:
             body_error = rebuild_error(result.body_error, request)
-        chunks = served.chunks if served.chunks is not None else [utf8_bytes(served.body_text)]
+        chunks = served.chunks if served.chunks is not None else (served.body,)
         raw = ReplayedBody(
             status=served.status,
             headers=served_headers(served.headers),

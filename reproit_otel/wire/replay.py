@@ -40,6 +40,7 @@ from typing import Any, Final, TypedDict
 from reproit_otel.errors import CapsuleError, DivergedError, RecordedPgError
 from reproit_otel.wire._js import UNSET, is_js_integer, js_string, utf8_bytes
 from reproit_otel.wire._jsparse import js_json_parse
+from reproit_otel.wire.exact_body import served_bytes
 from reproit_otel.wire.matching import (
     body_delta,
     js_items,
@@ -67,6 +68,7 @@ __all__ = [
     "pg_probe",
     "serve_http",
     "serve_pg",
+    "split_chunk_bytes",
     "split_chunks",
 ]
 
@@ -136,9 +138,14 @@ class ServedResponse:
     ``status`` is the recorded status (200 when none was recorded; an ``int`` in every
     capsule reproit writes, any other recorded value is passed through). ``headers`` are
     the recorded response headers minus ``content-length``,
-    ``transfer-encoding`` and ``content-encoding``; ``body_text`` is the recorded body as text;
-    ``chunks`` are the recorded stream chunks (UTF-8 bytes of ``body_text`` cut at the
-    recorded boundaries), or ``None`` when the body is delivered whole.
+    ``transfer-encoding`` and ``content-encoding``; ``body_text`` is the recorded body as text
+    (PROTOCOL 7.4 step 4) and ``body`` the bytes to serve: the UTF-8 of ``body_text``, or the
+    exact bytes of a body recorded with ``bodyBase64`` (see :mod:`reproit_otel.wire.exact_body`);
+    ``chunks`` are ``body`` cut at the recorded stream boundaries, or ``None`` when the body
+    is delivered whole.
+
+    The answer to a recorded exchange is worked out once, when the capsule is loaded, and the
+    same object is handed to every call that consumes that exchange: treat it as read-only.
     """
 
     status: Any
@@ -149,12 +156,14 @@ class ServedResponse:
     """The matched exchange's recorded ``response`` object (``None`` on a divergence)."""
     divergence_line: str | None = None
     """The ``REPROIT:DIVERGENCE`` line this call produced, if it diverged."""
+    body: bytes = b""
+    """The bytes served (see above)."""
 
 
 class _Entry:
-    """One recorded exchange and whether a live call has consumed it."""
+    """One recorded exchange, whether a live call has consumed it, and its prepared answer."""
 
-    __slots__ = ("consumed", "exchange", "key", "protocol")
+    __slots__ = ("answer", "consumed", "exchange", "key", "protocol")
 
     def __init__(self, exchange: Any) -> None:
         self.exchange = exchange
@@ -162,6 +171,11 @@ class _Entry:
         fields = exchange if isinstance(exchange, Mapping) else {}
         self.protocol: Any = fields.get("protocol", UNSET)
         self.key = operation_key(self.protocol, fields.get("request", UNSET))
+        # Everything a served HTTP call needs is computed here, once per capsule load, so a
+        # call costs the match and nothing else.
+        self.answer: ServedResponse | str | None = (
+            _prepare_answer(fields) if strict_equal(self.protocol, "http") else None
+        )
 
     @property
     def request(self) -> Any:
@@ -302,6 +316,11 @@ class ReplaySession:
 
     def match_with_line(self, protocol: str, probe: dict[str, Any]) -> tuple[Any, str | None]:
         """Like :meth:`match`, also returning the divergence line when the call diverged."""
+        entry, line = self.match_entry(protocol, probe)
+        return (None if entry is None else entry.exchange), line
+
+    def match_entry(self, protocol: str, probe: dict[str, Any]) -> tuple[_Entry | None, str | None]:
+        """Like :meth:`match_with_line`, returning the consumed entry (with its answer)."""
         key = operation_key(protocol, probe)
         with self._lock:
             for entry in self._entries:
@@ -311,7 +330,7 @@ class ReplaySession:
                     continue
                 if request_matches(protocol, entry.request, probe):
                     entry.consumed = True
-                    return entry.exchange, None
+                    return entry, None
                 break  # the first unconsumed exchange of this key is the only candidate
             line = self._diverge_locked(protocol, probe)
         self._announce(line)
@@ -375,11 +394,13 @@ def divergence_line(report: Mapping[str, Any]) -> str:
 
 
 def _diverged_response(reason: str, line: str | None) -> ServedResponse:
+    text = js_stringify({"reproit": reason})
     return ServedResponse(
         status=DIVERGENCE_STATUS,
         headers={"content-type": "application/json"},
-        body_text=js_stringify({"reproit": reason}),
+        body_text=text,
         divergence_line=line,
+        body=utf8_bytes(text),
     )
 
 
@@ -390,7 +411,11 @@ def split_chunks(text: str, lengths: Sequence[Any]) -> list[bytes]:
     0, chunks are clamped to the bytes left, and the last chunk takes whatever remains (so a
     chunk may be empty, and a multi-byte character may be split).
     """
-    data = utf8_bytes(text)
+    return split_chunk_bytes(utf8_bytes(text), lengths)
+
+
+def split_chunk_bytes(data: bytes, lengths: Sequence[Any]) -> list[bytes]:
+    """:func:`split_chunks` for a body that is already bytes."""
     total = len(data)
     chunks: list[bytes] = []
     offset = 0
@@ -411,6 +436,42 @@ def _served_status(response: Mapping[str, Any]) -> Any:
     return status  # not written by reproit; served as recorded, as the reference does
 
 
+def _prepare_answer(exchange: Mapping[str, Any]) -> ServedResponse | str:
+    """The answer to serve for a recorded HTTP exchange, or the reason it fails closed."""
+    response = exchange.get("response", UNSET)
+    if not isinstance(response, Mapping):
+        response = {}
+    if response.get("truncated", UNSET) is True:
+        # The capture kept the body's identity, not its bytes: serving a guess would lie.
+        return "truncated-exchange-body"
+    recorded_headers = response.get("headers", UNSET)
+    headers = dict(js_items(recorded_headers)) if isinstance(recorded_headers, Mapping) else {}
+    for name in _STRIPPED_HEADERS:
+        headers.pop(name, None)
+    body, body_text = served_bytes(response)
+    stream = response.get("stream", UNSET)
+    lengths = stream.get("chunks", UNSET) if isinstance(stream, Mapping) else UNSET
+    chunks: list[bytes] | None = None
+    if isinstance(lengths, list):
+        if stream.get("truncated", UNSET) is True:
+            return "truncated-stream-boundaries"
+        chunks = split_chunk_bytes(body, lengths)
+    return ServedResponse(
+        status=_served_status(response),
+        headers=headers,
+        body_text=body_text,
+        chunks=chunks,
+        recorded=response,
+        body=body,
+    )
+
+
+_FAIL_CLOSED_FLAGS: Final = {
+    "truncated-exchange-body": "truncated",
+    "truncated-stream-boundaries": "streamBoundariesTruncated",
+}
+
+
 def serve_http(session: ReplaySession, probe: dict[str, Any]) -> ServedResponse:
     """Answer a live HTTP call from the session (PROTOCOL 7.4).
 
@@ -420,34 +481,15 @@ def serve_http(session: ReplaySession, probe: dict[str, Any]) -> ServedResponse:
     status 599 with a ``{"reproit": <reason>}`` JSON body, and produce a divergence line.
     """
     probe = session.redact_probe("http", probe)
-    exchange, line = session.match_with_line("http", probe)
-    if exchange is None:
+    entry, line = session.match_entry("http", probe)
+    if entry is None:
         return _diverged_response("diverged", line)
-    response = exchange.get("response", UNSET) if isinstance(exchange, Mapping) else UNSET
-    if not isinstance(response, Mapping):
-        response = {}
-    if response.get("truncated", UNSET) is True:
-        # The capture kept the body's identity, not its bytes: serving a guess would lie.
-        line = session.diverge("http", {**probe, "truncated": True})
-        return _diverged_response("truncated-exchange-body", line)
-    recorded_headers = response.get("headers", UNSET)
-    headers = dict(js_items(recorded_headers)) if isinstance(recorded_headers, Mapping) else {}
-    for name in _STRIPPED_HEADERS:
-        headers.pop(name, None)
-    body = response.get("body", UNSET)
-    body_text = "" if body is UNSET else body if isinstance(body, str) else js_stringify(body)
-    status = _served_status(response)
-    stream = response.get("stream", UNSET)
-    lengths = stream.get("chunks", UNSET) if isinstance(stream, Mapping) else UNSET
-    chunks: list[bytes] | None = None
-    if isinstance(lengths, list):
-        if stream.get("truncated", UNSET) is True:
-            line = session.diverge("http", {**probe, "streamBoundariesTruncated": True})
-            return _diverged_response("truncated-stream-boundaries", line)
-        chunks = split_chunks(body_text, lengths)
-    return ServedResponse(
-        status=status, headers=headers, body_text=body_text, chunks=chunks, recorded=response
-    )
+    prepared = entry.answer
+    if isinstance(prepared, ServedResponse):
+        return prepared
+    reason = prepared if isinstance(prepared, str) else "truncated-exchange-body"
+    line = session.diverge("http", {**probe, _FAIL_CLOSED_FLAGS[reason]: True})
+    return _diverged_response(reason, line)
 
 
 def pg_probe(text: Any, values: Any = UNSET) -> dict[str, Any]:

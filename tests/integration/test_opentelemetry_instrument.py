@@ -155,7 +155,7 @@ def expected_quote_events(upstream: Upstream, port: int) -> list[dict[str, Any]]
             1,
             "/json",
             200,
-            {"currency": "EUR", "rate": 1.5},
+            '{"rate":1.5,"currency":"EUR"}',  # kept as read: keys not in canonical order
             **{"content-length": "29", "x-upstream": "json"},
             **json_type,
         ),

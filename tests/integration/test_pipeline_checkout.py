@@ -138,7 +138,7 @@ def test_a_failing_checkout_yields_exactly_its_exchanges(
                     **{"content-length": "29", "content-type": "application/json"},
                     **{"x-upstream": "json"},
                 ),
-                "body": {"currency": "EUR", "rate": 1.5},
+                "body": '{"rate":1.5,"currency":"EUR"}',  # as read: keys unsorted
             },
         ),
         call(

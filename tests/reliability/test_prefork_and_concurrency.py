@@ -163,7 +163,7 @@ def test_64_concurrent_requests_keep_their_own_http_and_sql_exchanges(
         exchanges = [e["exchange"] for e in events if e["kind"] == "effect"]
         seen[doubled // 2] = (
             [
-                exchanges[0]["response"]["body"]["query"],
+                json.loads(exchanges[0]["response"]["body"])["query"],
                 exchanges[1]["request"]["values"],
                 exchanges[1]["response"]["rows"],
             ],
