@@ -197,3 +197,18 @@ def test_a_secret_value_in_binary_bytes_drops_the_exact_copy(upstream: str) -> N
     response = effect["exchange"]["response"]
     assert "bodyBase64" not in response
     assert response["body"] == "\ufffd$reproit\ufffd"
+
+
+def test_a_secret_name_in_a_non_utf8_body_drops_the_exact_copy(upstream: str) -> None:
+    """A Latin-1 JSON text whose names are secret is redacted; its exact bytes are not kept."""
+    BODIES["/latin-secret"] = ("text/plain; charset=latin-1", b'{"password": "caf\xe9"}')
+    try:
+        _, events = _record(lambda: requests.get(upstream + "/latin-secret").content)
+    finally:
+        del BODIES["/latin-secret"]
+    [effect] = [e for e in events if e["kind"] == "effect"]
+    response = effect["exchange"]["response"]
+    assert "bodyBase64" not in response
+    assert response["body"] == {
+        "password": {"$reproit": {"redacted": True, "type": "string", "length": 4}}
+    }
