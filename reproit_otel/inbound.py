@@ -31,8 +31,10 @@ __all__ = [
     "MAX_INBOUND_BODY",
     "InboundRequest",
     "current_inbound",
+    "decode_body",
     "decode_json_body",
     "inbound_scope",
+    "is_captured_body_type",
     "parse_query",
     "publish_inbound",
     "single_or_list",
@@ -41,6 +43,9 @@ __all__ = [
 
 MAX_INBOUND_BODY = 65536
 """Request and response bodies are buffered up to this many bytes (64 KiB, PROTOCOL 9.2)."""
+
+JSON_TYPE = "application/json"
+FORM_TYPE = "application/x-www-form-urlencoded"
 
 
 @dataclass
@@ -136,9 +141,37 @@ def decode_json_body(data: bytes, content_type: str | None) -> Any:
     """
     if not data or len(data) > MAX_INBOUND_BODY:
         return UNSET
-    if content_type is None or "application/json" not in content_type.lower():
+    if content_type is None or JSON_TYPE not in content_type.lower():
         return UNSET
     try:
         return js_json_parse(data.decode("utf-8"))
     except (ValueError, RecursionError):
         return UNSET
+
+
+def is_captured_body_type(content_type: str | None) -> bool:
+    """Whether a request body of ``content_type`` is read into the input (JSON or a form)."""
+    if not content_type:
+        return False
+    lowered = content_type.lower()
+    return JSON_TYPE in lowered or FORM_TYPE in lowered
+
+
+def decode_body(data: bytes, content_type: str | None) -> Any:
+    """The decoded request body, or :data:`UNSET`: JSON as :func:`decode_json_body`, or a
+    URL-encoded form (``application/x-www-form-urlencoded``, UTF-8) as an object of its
+    fields, decoded like a query (blank values kept, repeated fields as lists).
+
+    A form is what a browser or ``requests.post(data=...)`` sends to a Django or Flask view;
+    its fields are redacted by name like any other input. Multipart bodies (files) are not
+    decoded.
+    """
+    if content_type is not None and FORM_TYPE in content_type.lower():
+        if not data or len(data) > MAX_INBOUND_BODY:
+            return UNSET
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            return UNSET
+        return parse_query(text)
+    return decode_json_body(data, content_type)

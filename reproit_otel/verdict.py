@@ -311,8 +311,32 @@ def _query_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+_FORM_TYPE = "application/x-www-form-urlencoded"
+
+
+def recorded_content_type(capsule: Mapping[str, Any]) -> str:
+    """The content type the recorded body is sent with: a URL-encoded form when the request
+    carried one (its recorded ``content-type`` header says so), else JSON."""
+    start: Any = next((e for e in capsule["events"] if e.get("kind") == "start"), {})
+    request_input = start.get("input") if isinstance(start, dict) else None
+    headers = request_input.get("headers") if isinstance(request_input, dict) else None
+    sent = headers.get("content-type") if isinstance(headers, dict) else None
+    if isinstance(sent, str) and _FORM_TYPE in sent.lower():
+        return _FORM_TYPE
+    return "application/json"
+
+
+def _form_pairs(fields: Mapping[str, Any]) -> list[tuple[str, str]]:
+    pairs: list[tuple[str, str]] = []
+    for name, value in fields.items():
+        for item in value if isinstance(value, list) else [value]:
+            pairs.append((name, _query_text(item)))
+    return pairs
+
+
 def recorded_request(capsule: Mapping[str, Any]) -> tuple[str, str, bytes | None]:
-    """Method, path with query, and JSON body of the request that started the operation."""
+    """Method, path with query, and body of the request that started the operation (JSON, or
+    a URL-encoded form when :func:`recorded_content_type` says so)."""
     operation = str(capsule["operation"])
     method, _, path = operation.partition(" ")
     start: Any = next((e for e in capsule["events"] if e.get("kind") == "start"), {})
@@ -326,18 +350,27 @@ def recorded_request(capsule: Mapping[str, Any]) -> tuple[str, str, bytes | None
                 values = value if isinstance(value, list) else [value]
                 for item in values:
                     query.append((name, _query_text(item)))
-        if request_input.get("body") is not None:
-            body = json.dumps(request_input["body"], ensure_ascii=False).encode("utf-8")
+        recorded_body = request_input.get("body")
+        if isinstance(recorded_body, dict) and recorded_content_type(capsule) == _FORM_TYPE:
+            body = urllib.parse.urlencode(_form_pairs(recorded_body)).encode("utf-8")
+        elif recorded_body is not None:
+            body = json.dumps(recorded_body, ensure_ascii=False).encode("utf-8")
     target = path or "/"
     if query:
         target += "?" + urllib.parse.urlencode(query)
     return method or "GET", target, body
 
 
-def _fire(port: int, method: str, target: str, body: bytes | None) -> tuple[int, bytes]:
+def _fire(
+    port: int,
+    method: str,
+    target: str,
+    body: bytes | None,
+    content_type: str = "application/json",
+) -> tuple[int, bytes]:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=REQUEST_TIMEOUT_S)
     try:
-        headers = {"content-type": "application/json"} if body is not None else {}
+        headers = {"content-type": content_type} if body is not None else {}
         connection.request(method, target, body=body, headers=headers)
         response = connection.getresponse()
         return response.status, response.read()
@@ -423,7 +456,7 @@ def _run_hermetic_check(
             method, target, body = recorded_request(capsule)
             observed["request"] = {"method": method, "target": target}
             try:
-                status, answer = _fire(port, method, target, body)
+                status, answer = _fire(port, method, target, body, recorded_content_type(capsule))
                 observed["status"] = status
                 observed.update(observed_body(answer))
             except (OSError, http.client.HTTPException) as error:

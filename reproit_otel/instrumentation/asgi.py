@@ -9,9 +9,10 @@ middleware runs outside OpenTelemetry's ASGI middleware), or explicitly for any 
 
 What it does for each ``http`` request (PROTOCOL 9.2; other scopes pass through):
 
-* builds the canonical input: the request body of an ``application/json`` request is read
-  (up to 64 KiB; the messages are replayed to the application unchanged, then ``receive`` is
-  handed on) and decoded when it is complete, at most 64 KiB and valid JSON; the query is
+* builds the canonical input: the request body of an ``application/json`` or
+  ``application/x-www-form-urlencoded`` request is read (up to 64 KiB; the messages are
+  replayed to the application unchanged, then ``receive`` is handed on) and decoded when it
+  is complete, at most 64 KiB and valid JSON (or a form: an object of its fields); the query is
   decoded (blank values kept, repeats as lists); header names are lowercased and repeated
   headers become lists;
 * names the operation ``METHOD /path`` (ASGI ``path``, percent-decoded);
@@ -39,8 +40,10 @@ from reproit_otel.inbound import (
     MAX_INBOUND_BODY,
     InboundRequest,
     current_inbound,
+    decode_body,
     decode_json_body,
     inbound_scope,
+    is_captured_body_type,
     parse_query,
     single_or_list,
 )
@@ -75,7 +78,7 @@ def inbound_from_scope(scope: Scope, body: bytes | None) -> InboundRequest:
     """The :class:`InboundRequest` of an ASGI ``http`` scope and its buffered body."""
     headers = _headers(scope)
     content_type = headers.get("content-type", [None])[0]
-    decoded = UNSET if body is None else decode_json_body(body, content_type)
+    decoded = UNSET if body is None else decode_body(body, content_type)
     query = bytes(scope.get("query_string") or b"").decode("latin-1")
     value = http_input(body=decoded, query=parse_query(query), headers=single_or_list(headers))
 
@@ -94,7 +97,7 @@ def inbound_from_scope(scope: Scope, body: bytes | None) -> InboundRequest:
 def _wants_body(scope: Scope) -> bool:
     for raw_name, raw_value in scope.get("headers") or ():
         if bytes(raw_name).lower() == b"content-type":
-            return b"application/json" in bytes(raw_value).lower()
+            return is_captured_body_type(bytes(raw_value).decode("latin-1"))
     return False
 
 

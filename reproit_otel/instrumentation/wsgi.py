@@ -9,9 +9,11 @@ Flask instrumentation), or explicitly for any WSGI app::
 
 What it does for each request (PROTOCOL 9.1 and 9.2):
 
-* builds the canonical input: a JSON body of at most 64 KiB (``application/json`` content
-  type, read from ``wsgi.input`` and handed to the application unchanged as an in-memory
-  stream), the decoded query (blank values kept, repeats as lists), the lowercased headers;
+* builds the canonical input: a JSON or URL-encoded form body of at most 64 KiB
+  (``application/json`` or ``application/x-www-form-urlencoded`` content type, read from
+  ``wsgi.input`` and handed to the application unchanged as an in-memory stream; a form
+  becomes an object of its fields), the decoded query (blank values kept, repeats as lists),
+  the lowercased headers;
 * names the operation ``METHOD /concrete/path`` (``SCRIPT_NAME`` + ``PATH_INFO``);
 * publishes both for the OpenTelemetry server span that starts inside the application call
   (the span processor begins the operation there, see ``processor.py``);
@@ -44,7 +46,9 @@ from reproit_otel.inbound import (
     MAX_INBOUND_BODY,
     InboundRequest,
     current_inbound,
+    decode_body,
     decode_json_body,
+    is_captured_body_type,
     parse_query,
     publish_inbound,
     withdraw_inbound,
@@ -104,7 +108,7 @@ def _text(value: str) -> str:
 
 def _read_body(environ: dict[str, Any]) -> bytes:
     content_type = environ.get("CONTENT_TYPE")
-    if not content_type or "application/json" not in content_type.lower():
+    if not isinstance(content_type, str) or not is_captured_body_type(content_type):
         return b""
     try:
         length = int(environ.get("CONTENT_LENGTH") or 0)
@@ -144,7 +148,7 @@ def inbound_from_environ(environ: dict[str, Any]) -> InboundRequest:
 def _canonical_input(body: bytes, environ: dict[str, Any]) -> dict[str, Any]:
     """The canonical input (PROTOCOL 9.2) from what the request carried (built when wanted)."""
     return http_input(
-        body=decode_json_body(body, environ.get("CONTENT_TYPE")),
+        body=decode_body(body, environ.get("CONTENT_TYPE")),
         query=parse_query(str(environ.get("QUERY_STRING") or "")),
         headers=_environ_headers(environ),
     )
