@@ -45,7 +45,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from opentelemetry import context as otel_context
 from opentelemetry.context import Context
@@ -274,7 +274,7 @@ class ReproitSpanProcessor(SpanProcessor):
             operation, span_id = self._request_operation()
             if operation is None:
                 return None
-        binding = operation.bind_exchange(span_id)
+        binding = operation.bind_exchange(span_id, library)
         _open_binding.binding = binding
         return recording.ExchangeRecorder(self, binding, library)
 
@@ -283,6 +283,15 @@ class ReproitSpanProcessor(SpanProcessor):
         operation, _ = self._current_operation()
         if operation is not None:
             operation.mark_incomplete(reason)
+
+    def cover_current_span(self) -> None:
+        """The current dependency span needs no exchange of its own (see
+        :meth:`~reproit_otel.operation.Operation.cover_span`)."""
+        if self._shutdown or not self._operations:
+            return
+        operation, span_id = self._current_operation()
+        if operation is not None:
+            operation.cover_span(span_id)
 
     def exchange_finished(
         self,
@@ -478,7 +487,11 @@ class ReproitSpanProcessor(SpanProcessor):
 
     def _from_attributes(self, span: Span) -> tuple[str, dict[str, Any]]:
         method = _attribute_text(span, "http.request.method", "http.method") or "GET"
-        target = _attribute_text(span, "url.path", "http.target") or ""
+        target = _attribute_text(span, "url.path", "http.target")
+        if target is None:
+            # A server that sets neither RAW_URI nor REQUEST_URI (wsgiref, Django's
+            # runserver) leaves only the full URL; its path is the concrete one.
+            target = _target_of(_attribute_text(span, "url.full", "http.url"))
         path, _, query = target.partition("?")
         query = _attribute_text(span, "url.query") or query
         if not path:
@@ -566,6 +579,16 @@ class ReproitSpanProcessor(SpanProcessor):
                 sink.submit(operation.trace)
             except Exception as exc:
                 absorb("processor.sink", exc)
+
+
+def _target_of(url: str | None) -> str:
+    """Path and query of a full URL (``http://h/a/b?q=1`` -> ``/a/b?q=1``), percent-decoded
+    like a WSGI ``PATH_INFO``; ``""`` when there is none."""
+    if not url:
+        return ""
+    parts = urlsplit(url)
+    path = unquote(parts.path)
+    return f"{path}?{parts.query}" if parts.query else path
 
 
 def _same(value: Any) -> Any:

@@ -102,6 +102,26 @@ def test_without_middleware_the_span_attributes_name_and_finish_the_operation(ri
     }
 
 
+@pytest.mark.parametrize("name", ["http.url", "url.full"])
+def test_without_a_target_attribute_the_full_url_names_the_operation(rig: Rig, name: str) -> None:
+    # A WSGI server that sets neither RAW_URI nor REQUEST_URI (wsgiref, Django's runserver):
+    # OpenTelemetry leaves only the full URL, and the span is named after the route pattern.
+    attributes = {
+        "http.method": "GET",
+        name: "http://127.0.0.1:8000/api/customers/a%20b/statement?month=2026-11&x=1&x=2",
+    }
+    with rig.tracer.start_as_current_span(
+        "GET api/customers/<str:name>/statement", kind=SpanKind.SERVER, attributes=attributes
+    ):
+        pass
+    [trace] = rig.sink.traces
+    start = trace.events[0]
+    assert (start["operation"], start["input"]) == (
+        "GET /api/customers/a b/statement",
+        {"query": {"month": "2026-11", "x": ["1", "2"]}},
+    )
+
+
 def test_a_transport_span_under_a_covered_client_span_is_covered(rig: Rig) -> None:
     with rig.server(), rig.client("requests GET"):
         recorder = recording.start_exchange("requests")
