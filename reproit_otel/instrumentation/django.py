@@ -1,0 +1,95 @@
+"""Django inbound side: every Django project gets the WSGI/ASGI middleware with no code change.
+
+Under ``opentelemetry-instrument`` (``reproit_otel.install()`` calls :func:`install_django`
+when Django is installed), reproit-otel wraps Django's two request entry points:
+
+* ``django.core.handlers.wsgi.WSGIHandler.__call__``: the application ``wsgi.py`` returns
+  (``get_wsgi_application()``), served by gunicorn, uWSGI, mod_wsgi, waitress or
+  ``manage.py runserver`` (whose static-files handler hands every other request to it);
+* ``django.core.handlers.asgi.ASGIHandler.__call__``: the application ``asgi.py`` returns
+  (``get_asgi_application()``), served by uvicorn, daphne or hypercorn.
+
+Both are the outermost seam of a Django project: OpenTelemetry's Django instrumentation is a
+Django middleware inserted into ``settings.MIDDLEWARE``, so it starts the server span inside
+the handler call, after reproit-otel has published the request. Each request then gets what
+a Flask or Starlette request gets (``wsgi.py``, ``asgi.py``): the JSON or form body, the
+concrete path and query, the headers, and at the response start the status and the JSON
+output. Nothing in ``settings.py``, ``wsgi.py`` or ``asgi.py`` changes.
+
+Limits: subclasses of the handlers that override ``__call__`` without calling it (rare) are
+not wrapped; a project that wraps the handler in WSGI/ASGI middleware of its own keeps it
+inside reproit-otel's, which is what it wants (it sees the same request).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from reproit_otel.instrumentation.asgi import Receive, Scope, Send, asgi_call
+from reproit_otel.instrumentation.wsgi import StartResponse, wsgi_call
+
+__all__ = ["install_django", "uninstall_django"]
+
+_PATCH_MARK = "_reproit_original_call"
+
+
+def _handlers() -> tuple[Any, Any] | None:
+    try:
+        # Optional dependency. Importing the handlers needs no configured settings.
+        from django.core.handlers.asgi import ASGIHandler  # type: ignore[import-untyped]
+        from django.core.handlers.wsgi import WSGIHandler  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    return WSGIHandler, ASGIHandler
+
+
+def install_django() -> bool:
+    """Wrap every Django WSGI and ASGI application. Idempotent.
+
+    Returns False when Django is not installed.
+    """
+    handlers = _handlers()
+    if handlers is None:
+        return False
+    wsgi_handler, asgi_handler = handlers
+    if _PATCH_MARK not in wsgi_handler.__dict__:
+        wsgi_original = wsgi_handler.__call__
+
+        def wsgi_entry(
+            self: Any, environ: dict[str, Any], start_response: StartResponse
+        ) -> Iterable[bytes]:
+            def inner(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+                result: Iterable[bytes] = wsgi_original(self, environ, start_response)
+                return result
+
+            return wsgi_call(inner, environ, start_response)
+
+        wsgi_entry.__wrapped__ = wsgi_original  # type: ignore[attr-defined]
+        setattr(wsgi_handler, _PATCH_MARK, wsgi_original)
+        wsgi_handler.__call__ = wsgi_entry
+    if _PATCH_MARK not in asgi_handler.__dict__:
+        asgi_original = asgi_handler.__call__
+
+        async def asgi_entry(self: Any, scope: Scope, receive: Receive, send: Send) -> None:
+            async def inner(scope: Scope, receive: Receive, send: Send) -> None:
+                await asgi_original(self, scope, receive, send)
+
+            await asgi_call(inner, scope, receive, send)
+
+        asgi_entry.__wrapped__ = asgi_original  # type: ignore[attr-defined]
+        setattr(asgi_handler, _PATCH_MARK, asgi_original)
+        asgi_handler.__call__ = asgi_entry
+    return True
+
+
+def uninstall_django() -> None:
+    """Restore both handlers' ``__call__`` exactly."""
+    handlers = _handlers()
+    if handlers is None:
+        return
+    for handler in handlers:
+        original = handler.__dict__.get(_PATCH_MARK)
+        if original is not None:
+            handler.__call__ = original
+            delattr(handler, _PATCH_MARK)
