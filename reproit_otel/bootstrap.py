@@ -33,8 +33,9 @@ What :func:`install` does (once per provider; a second call returns the same pro
 3. adds :class:`~reproit_otel.processor.ReproitSpanProcessor` to the provider, with the
    uploader as its sink when capture is configured (``REPROIT_ENDPOINT``, ``REPROIT_API_KEY``,
    ``REPROIT_APP_ID``) and the debug dump when ``REPROIT_DEBUG_DUMP`` is set;
-4. installs the recorders (``requests``, ``psycopg2``) whose library is importable, and the
-   inbound middleware patches for Flask and Starlette/FastAPI.
+4. installs the recorders (``requests``, ``psycopg2``) whose library is importable, the
+   SQLAlchemy hook (``instrumentation/sqlalchemy.py``), and the inbound middleware patches
+   for Flask, Starlette/FastAPI and Django (WSGI and ASGI).
 
 Our own traffic is never recorded: recorders ignore calls made under OpenTelemetry's
 ``suppress_instrumentation``, which the uploader sets.
@@ -76,7 +77,11 @@ __all__ = [
 _log = logging.getLogger("reproit_otel")
 
 # Recorder modules installed when their library is importable.
-_RECORDERS = ("reproit_otel.instrumentation.requests", "reproit_otel.instrumentation.psycopg2")
+_RECORDERS = (
+    "reproit_otel.instrumentation.requests",
+    "reproit_otel.instrumentation.psycopg2",
+    "reproit_otel.instrumentation.sqlalchemy",
+)
 
 _lock = threading.RLock()
 _processors: weakref.WeakKeyDictionary[Any, ReproitSpanProcessor] = weakref.WeakKeyDictionary()
@@ -115,12 +120,14 @@ def _install_library_hooks() -> None:
                 _log.debug("reproit-otel: recorder %s not installed: %s", module_name, exc)
                 continue
             module.install_recorder()
-    from reproit_otel.instrumentation import asgi, wsgi  # after the guard
+    from reproit_otel.instrumentation import asgi, django, wsgi  # after the guard
 
     with guarded("bootstrap.flask"):
         wsgi.install_flask()
     with guarded("bootstrap.starlette"):
         asgi.install_starlette()
+    with guarded("bootstrap.django"):
+        django.install_django()
 
 
 def _install_replay(config: ReproitConfig) -> None:
@@ -199,10 +206,11 @@ def uninstall() -> None:
                     except ImportError:
                         continue
                     module.uninstall_recorder()
-            from reproit_otel.instrumentation import asgi, wsgi
+            from reproit_otel.instrumentation import asgi, django, wsgi
 
             wsgi.uninstall_flask()
             asgi.uninstall_starlette()
+            django.uninstall_django()
             _patched = False
         if _replaying:
             importlib.import_module("reproit_otel.replay").uninstall_replay()

@@ -99,6 +99,15 @@ def library_of(scope: Any) -> str:
 
 _DB_ATTRIBUTES = ("db.system", "db.system.name")
 
+# Instrumentations whose statement spans are never made current: SQLAlchemy's starts its span
+# in ``before_cursor_execute`` and ends it in ``after_cursor_execute``, so the driver call
+# (and its recorded exchange) runs beside the span, not under it. Such a span is covered by the
+# database exchange that starts on the same thread while it is open; a span with no such
+# exchange (an engine on a driver reproit-otel does not record, e.g. pg8000) stays uncovered.
+_BESIDE_LIBRARIES = frozenset({"sqlalchemy"})
+# Recorders whose exchanges are database statements (they may cover a span open beside them).
+_DATABASE_RECORDERS = frozenset({"psycopg2"})
+
 
 def is_dependency_span(span: Any) -> bool:
     """A CLIENT span, or a span with a ``db.system`` / ``db.system.name`` attribute."""
@@ -137,7 +146,7 @@ class SpanRecord:
 class ExchangeBinding:
     """The handle an :class:`~reproit_otel.recording.ExchangeRecorder` reports with."""
 
-    __slots__ = ("operation", "span_id", "state", "target")
+    __slots__ = ("beside", "operation", "span_id", "state", "target")
 
     def __init__(self, operation: Operation, span_id: int | None, target: int | None) -> None:
         self.operation = operation
@@ -145,6 +154,8 @@ class ExchangeBinding:
         """The span that was current when the exchange started (None: not a span of ours)."""
         self.target = target
         """The dependency span this exchange covers, if any."""
+        self.beside: int | None = None
+        """A wrapper span open beside the exchange that it also covers (see ``_BESIDE``)."""
         self.state = ExchangeState.PENDING
 
 
@@ -190,6 +201,8 @@ class Operation:
         self._on_ready = on_ready
         self._on_reason = on_reason
         self._lock = threading.RLock()
+        # Open spans of _BESIDE_LIBRARIES by thread, innermost last.
+        self._beside: dict[int, list[SpanRecord]] = {}
 
     # -- spans ------------------------------------------------------------------------------
 
@@ -200,8 +213,11 @@ class Operation:
                 self._reason_locked("too many spans to track (limit 1024)")
                 return False
             self.spans[record.span_id] = record
-            if record.dependency and self.finished:
-                self._late_locked(f"{record.library}: {record.name} started after the response")
+            if record.dependency:
+                if self.finished:
+                    self._late_locked(f"{record.library}: {record.name} started after the response")
+                if record.library in _BESIDE_LIBRARIES:
+                    self._beside.setdefault(threading.get_ident(), []).append(record)
             return True
 
     def _covered(self, record: SpanRecord) -> bool:
@@ -239,6 +255,8 @@ class Operation:
             if record is None:
                 return
             record.ended = True
+            if self._beside:
+                self._close_beside_locked(record)
             if not record.dependency:
                 record.dependency = is_dependency_span(span)
             if not record.dependency or self._covered(record):
@@ -251,10 +269,36 @@ class Operation:
             else:
                 self._reason_locked(reason)
 
+    def _close_beside_locked(self, record: SpanRecord) -> None:
+        for thread, records in list(self._beside.items()):
+            if record in records:
+                records.remove(record)
+                if not records:
+                    del self._beside[thread]
+                return
+
+    def cover_span(self, span_id: int | None) -> bool:
+        """The dependency span ``span_id`` (or its nearest dependency ancestor) made no call of
+        its own that needs recording; True when a span was covered.
+
+        The SQLAlchemy hook calls this for the ``connect`` span when the pooled connection it
+        checked out is one the psycopg2 recorder records: a checkout from a warm pool does no
+        I/O, and what a fresh connection runs is recorded statement by statement.
+        """
+        with self._lock:
+            if span_id is None or span_id == self.root_span_id:
+                return False
+            target = self._dependency_ancestor(span_id)
+            if target is None or target.exchange is not ExchangeState.NONE:
+                return False
+            target.exchange = ExchangeState.DONE
+            return True
+
     # -- exchanges --------------------------------------------------------------------------
 
-    def bind_exchange(self, span_id: int | None) -> ExchangeBinding:
-        """Start an exchange bound to ``span_id`` (the current span), pending until it ends."""
+    def bind_exchange(self, span_id: int | None, library: str | None = None) -> ExchangeBinding:
+        """Start an exchange of ``library`` bound to ``span_id`` (the current span), pending
+        until it ends."""
         with self._lock:
             target: SpanRecord | None = None
             if span_id is not None and span_id != self.root_span_id:
@@ -262,6 +306,16 @@ class Operation:
             binding = ExchangeBinding(self, span_id, target.span_id if target else None)
             if target is not None and target.exchange is ExchangeState.NONE:
                 target.exchange = ExchangeState.PENDING
+            if self._beside and library in _DATABASE_RECORDERS:
+                records = self._beside.get(threading.get_ident())
+                beside = records[-1] if records else None
+                if (
+                    beside is not None
+                    and beside is not target
+                    and beside.exchange is ExchangeState.NONE
+                ):
+                    beside.exchange = ExchangeState.PENDING
+                    binding.beside = beside.span_id
             self.pending += 1
             self._started += 1
             if self.finished:
@@ -280,10 +334,11 @@ class Operation:
             return False
         binding.state = state
         self.pending -= 1
-        if binding.target is not None:
-            record = self.spans.get(binding.target)
-            if record is not None and record.exchange is not ExchangeState.FAILED:
-                record.exchange = state
+        for span_id in (binding.target, binding.beside):
+            if span_id is not None:
+                record = self.spans.get(span_id)
+                if record is not None and record.exchange is not ExchangeState.FAILED:
+                    record.exchange = state
         return True
 
     def exchange_finished(

@@ -73,6 +73,7 @@ __all__ = [
     "Unrecordable",
     "clear_override_pipeline",
     "clear_pipeline",
+    "cover_current_span",
     "current_pipeline",
     "is_suppressed",
     "mark_incomplete",
@@ -337,6 +338,24 @@ def mark_incomplete(reason: str) -> None:
         target = _live_override() or pipeline
         if target is not None:
             target.mark_incomplete(reason)
+
+
+def cover_current_span() -> None:
+    """Report that the current dependency span made no call that needs an exchange of its own.
+
+    For a wrapper whose work is recorded elsewhere (SQLAlchemy's ``connect`` span around a pool
+    checkout of a recorded psycopg2 connection). Pipelines without the notion ignore it.
+    """
+    pipeline = _pipeline
+    if pipeline is None and _override is None:
+        return
+    with guarded("recording.cover_current_span"):
+        if is_suppressed():
+            return
+        target = _live_override() or pipeline
+        cover = getattr(target, "cover_current_span", None)
+        if callable(cover):
+            cover()
 
 
 def register_secret_values(values: Iterable[str]) -> None:

@@ -87,6 +87,7 @@ __all__ = [
     "RecordingCursor",
     "RecordingNamedCursor",
     "error_response",
+    "is_recording_connection",
     "recording_connection_class",
     "recording_cursor_class",
     "set_active",
@@ -641,6 +642,11 @@ class RecordingNamedCursor(RecordingCursor):
         """Close the cursor, finishing a named cursor's exchange first."""
         self._reproit_settle()
         return super().close()
+
+
+def is_recording_connection(connection: Any) -> bool:
+    """Whether ``connection`` is a psycopg2 connection this recorder records."""
+    return isinstance(connection, RecordingConnection)
 
 
 class RecordingConnection(_ext.connection):
