@@ -1,0 +1,144 @@
+"""Django 5.2, zero code: captured under gunicorn, runserver and uvicorn, then replayed.
+
+The project in ``apps/django_ledger`` has no reproit-otel code and an unchanged ``wsgi.py``,
+``asgi.py`` and ``settings.py``. It runs under the real ``opentelemetry-instrument`` with the
+Django, psycopg2 and requests instrumentations, on a real PostgreSQL, and sends its failures
+to a real ``reproit-otel serve``. Each server is captured twice: the failing request as the
+first one after boot (cold) and after several healthy requests (warm). Then PostgreSQL and the
+upstream are stopped and ``reproit-otel check`` replays each occurrence: reproduced as is,
+fixed with the one-line fix, diverged when a real query parameter changes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from importlib.metadata import entry_points
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+
+from tests.integration.stack_support import (
+    Request,
+    Stack,
+    StackRun,
+    exchanges,
+    run_stack,
+    start_input,
+)
+
+APP = Path(__file__).resolve().parent / "apps" / "django_ledger"
+PYTHON = sys.executable
+GUNICORN = str(Path(sys.executable).with_name("gunicorn"))
+UVICORN = str(Path(sys.executable).with_name("uvicorn"))
+HEALTHY_CUSTOMER = "11111111-1111-4111-8111-111111111111"
+BODY = {"amount": "12.50", "reference": "r-1"}
+FORM = "application/x-www-form-urlencoded"
+
+pytestmark = pytest.mark.skipif(
+    not any(e.name == "reproit" for e in entry_points(group="opentelemetry_traces_exporter")),
+    reason="the reproit entry points are not installed (pip install -e .)",
+)
+
+
+def migrate(env: Mapping[str, str]) -> None:
+    subprocess.run(
+        [PYTHON, "manage.py", "migrate", "--verbosity", "0"],
+        cwd=APP,
+        env={**env, "DJANGO_SETTINGS_MODULE": "ledger_site.settings"},
+        check=True,
+        timeout=120,
+    )
+
+
+def payment(customer: str, kind: str = "cold") -> Request:
+    """A payment: JSON for the healthy and the cold requests, a form for the warm one."""
+    path = f"/api/customers/{customer}/payments?currency=EUR"
+    if kind == "warm":
+        return Request("POST", path, urlencode(BODY).encode(), FORM)
+    return Request("POST", path, json.dumps(BODY).encode(), "application/json")
+
+
+def stack(name: str, serve: tuple[str, ...], **env: str) -> Stack:
+    return Stack(
+        name=name,
+        cwd=APP,
+        serve=serve,
+        healthy=payment(HEALTHY_CUSTOMER),
+        failing=payment,
+        prepare=migrate,
+        env={"DJANGO_SETTINGS_MODULE": "ledger_site.settings", **env},
+    )
+
+
+STACKS = {
+    "gunicorn": stack(
+        "django-gunicorn",
+        (GUNICORN, "--bind", "127.0.0.1:{port}", "--workers", "1", "ledger_site.wsgi"),
+    ),
+    "gunicorn-conn-max-age": stack(
+        "django-gunicorn-persistent",
+        (GUNICORN, "--bind", "127.0.0.1:{port}", "--workers", "1", "ledger_site.wsgi"),
+        LEDGER_CONN_MAX_AGE="60",
+    ),
+    "runserver": stack(
+        "django-runserver",
+        (PYTHON, "manage.py", "runserver", "--noreload", "127.0.0.1:{port}"),
+    ),
+    "uvicorn": stack(
+        "django-uvicorn",
+        (UVICORN, "--port", "{port}", "--no-access-log", "ledger_site.asgi:application"),
+    ),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(STACKS))
+def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackRun]:
+    name: str = request.param
+    with run_stack(STACKS[name], tmp_path_factory.mktemp(name)) as result:
+        yield result
+
+
+@pytest.mark.parametrize("kind", ["cold", "warm"])
+def test_the_failure_is_captured_whole_with_its_input(run: StackRun, kind: str) -> None:
+    capture = run.captures[kind]
+    path = capture.request.path.partition("?")[0]
+    assert capture.status == 500
+    assert capture.capsule["operation"] == f"POST {path}"
+    given = start_input(capture.capsule)
+    assert (given["body"], given["query"]) == (BODY, {"currency": "EUR"})
+    assert given["headers"]["content-type"] == capture.request.content_type
+    assert capture.capsule["events"][-1]["status"] == 500
+    seen = exchanges(capture.capsule)
+    protocols = {exchange["protocol"] for exchange in seen}
+    assert protocols == {"pg", "http"}
+    texts = [exchange["request"].get("text", "") for exchange in seen]
+    assert any('INSERT INTO "ledger_payment"' in text for text in texts), texts
+    assert any('"ledger_invoice"."due_at" <' in text for text in texts), texts
+
+
+@pytest.mark.parametrize("kind", ["cold", "warm"])
+def test_the_replay_reproduces_the_failure(run: StackRun, kind: str) -> None:
+    code, result = run.check(kind)
+    assert (code, result["verdict"], result["divergences"]) == (1, "reproduced", []), result
+    assert result["observedResult"]["status"] == 500
+
+
+@pytest.mark.parametrize("kind", ["cold", "warm"])
+def test_the_fixed_code_replays_as_fixed(run: StackRun, kind: str) -> None:
+    code, result = run.check(kind, LEDGER_FIXED="1")
+    assert (code, result["verdict"]) == (0, "fixed"), result
+    answer = json.loads(result["observedResult"]["body"])
+    assert (answer["overdue"], answer["average"], answer["rate"]) == (0, "0", 1.5)
+
+
+@pytest.mark.parametrize("kind", ["cold", "warm"])
+def test_a_changed_query_parameter_diverges(run: StackRun, kind: str) -> None:
+    code, result = run.check(kind, LEDGER_OTHER_CURRENCY="1")
+    assert (code, result["verdict"]) == (3, "diverged"), result
+    [divergence] = result["divergences"]
+    assert divergence["protocol"] == "pg"
+    assert "USD" in json.dumps(divergence["got"]), divergence
