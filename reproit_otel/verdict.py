@@ -30,6 +30,7 @@ import enum
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -302,6 +303,27 @@ def _answers_http(port: int) -> bool:
         connection.close()
 
 
+_METHOD = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_PATH_SAFE = "/:@!$&'()*+,;=-._~%"
+
+
+def _check_request_line(method: str, path: str) -> None:
+    """Refuse a recorded method or path that no HTTP request line can carry."""
+    if _METHOD.fullmatch(method) is None:
+        raise CapsuleError(
+            f"the capsule's operation method {method!r} is not an HTTP method (a token of "
+            "letters, digits and !#$%&'*+.^_`|~-); fix the capsule's \"operation\" field"
+        )
+    bad = _CONTROL.search(path)
+    if bad is not None:
+        raise CapsuleError(
+            f"the capsule's operation path holds the control character {bad.group(0)!r} at "
+            f"offset {bad.start()}; an HTTP request cannot carry it, fix the capsule's "
+            '"operation" field'
+        )
+
+
 def _query_text(value: Any) -> str:
     """A recorded query value as the text to send; a redacted one as ``$reproit``."""
     if isinstance(value, str):
@@ -339,6 +361,7 @@ def recorded_request(capsule: Mapping[str, Any]) -> tuple[str, str, bytes | None
     a URL-encoded form when :func:`recorded_content_type` says so)."""
     operation = str(capsule["operation"])
     method, _, path = operation.partition(" ")
+    _check_request_line(method or "GET", path)
     start: Any = next((e for e in capsule["events"] if e.get("kind") == "start"), {})
     request_input = start.get("input") if isinstance(start, dict) else None
     query: list[tuple[str, str]] = []
@@ -355,7 +378,8 @@ def recorded_request(capsule: Mapping[str, Any]) -> tuple[str, str, bytes | None
             body = urllib.parse.urlencode(_form_pairs(recorded_body)).encode("utf-8")
         elif recorded_body is not None:
             body = json.dumps(recorded_body, ensure_ascii=False).encode("utf-8")
-    target = path or "/"
+    # A recorded path is percent-decoded (ASGI, WSGI): spaces and non-ASCII go back encoded.
+    target = urllib.parse.quote(path, safe=_PATH_SAFE) or "/"
     if query:
         target += "?" + urllib.parse.urlencode(query)
     return method or "GET", target, body
@@ -536,6 +560,7 @@ def check_capsule(
         return _run_test_check(capsule, capsule_path, command, echo, timeout)
     if not command:
         return offline_verdict(capsule)
+    recorded_request(capsule)  # refuses a request line no HTTP request can carry, before boot
     if not _has_exchange(capsule):
         raise CapsuleError(
             f"{capsule_path} records no dependency exchange, so a hermetic replay has nothing "

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from reproit_otel.cli.terminal import json_text, say, shown
 from reproit_otel.errors import CapsuleError
 from reproit_otel.verdict import BOOT_TIMEOUT_S, CI_RUN_TIMEOUT_S, CheckResult, check_capsule
 
@@ -113,10 +114,10 @@ def resolve_target(argument: str, *, ingest: str | None = None, api_key: str | N
     target = CAPSULE_FOLDER / (re.sub(r"[^A-Za-z0-9_.-]", "_", argument) + ".json")
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(body)
-    print(
-        f"reproit-otel check: pulled occurrence {argument} from {client.base_url} into {target}",
+    say(
+        f"reproit-otel check: pulled occurrence {shown(argument)} from {shown(client.base_url)}"
+        f" into {shown(target)}",
         file=sys.stderr,
-        flush=True,
     )
     return target
 
@@ -125,24 +126,26 @@ _BODY_SHOWN = 300
 
 
 def _summary(result: CheckResult) -> str:
+    """The verdict for a person; every captured text in it goes through :func:`shown`."""
     observed = dict(result.observed)
     body = observed.pop("body", None)
+    recorded = result.recorded_failure
     lines = [
-        f"operation:   {result.operation}",
-        f"mode:        {result.mode}",
-        f"recorded:    {result.recorded_failure or '(no failure text recorded)'}",
-        f"observed:    {json.dumps(observed, ensure_ascii=False)}",
+        f"operation:   {shown(result.operation)}",
+        f"mode:        {shown(result.mode)}",
+        f"recorded:    {shown(recorded) if recorded else '(no failure text recorded)'}",
+        f"observed:    {shown(json.dumps(observed, ensure_ascii=False))}",
     ]
     if isinstance(body, str) and body:
-        shown = " ".join(body.split())
-        cut = "..." if len(shown) > _BODY_SHOWN else ""
-        lines.append(f"body:        {shown[:_BODY_SHOWN]}{cut}")
+        text = " ".join(body.split())
+        cut = "..." if len(text) > _BODY_SHOWN else ""
+        lines.append(f"body:        {shown(text[:_BODY_SHOWN])}{cut}")
     for index, divergence in enumerate(result.divergences, 1):
         got = divergence.get("got") or {}
         parts = ("method", "url", "text", "tool", "op", "address", "port")
         described = " ".join(str(got.get(part)) for part in parts if got.get(part) is not None)
-        lines.append(f"divergence {index}: {divergence.get('protocol')} {described}")
-    lines.append(f"verdict:     {result.verdict.value.upper()} ({result.reason})")
+        lines.append(f"divergence {index}: {shown(divergence.get('protocol'))} {shown(described)}")
+    lines.append(f"verdict:     {result.verdict.value.upper()} ({shown(result.reason)})")
     return "\n".join(lines)
 
 
@@ -158,10 +161,10 @@ def run(args: argparse.Namespace) -> int:
             boot_timeout=args.boot_timeout,
         )
     except CapsuleError as error:
-        print(f"reproit-otel check: {error}", file=sys.stderr)
+        say(f"reproit-otel check: {shown(error)}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(result.to_json(), ensure_ascii=False, indent=2))
+        say(json_text(result.to_json()))
     else:
-        print(_summary(result))
+        say(_summary(result))
     return result.verdict.exit_code

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
-import json
 import os
 import sys
 from collections.abc import Iterable, Mapping
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from reproit_otel._version import __version__
+from reproit_otel.cli.terminal import json_text, say, shown
 
 __all__ = ["Finding", "diagnose", "register", "run"]
 
@@ -130,13 +130,13 @@ def run(args: argparse.Namespace) -> int:
     """Print the findings; 1 when any is an error."""
     findings = diagnose(args.modules, fixtures=args.fixtures)
     if args.json:
-        print(json.dumps([f.__dict__ for f in findings], indent=2, ensure_ascii=False))
+        say(json_text([f.__dict__ for f in findings]))
     else:
         for finding in findings:
-            print(f"{finding.level:<8} {finding.topic:<13} {finding.message}")
+            say(f"{shown(finding.level):<8} {shown(finding.topic):<13} {shown(finding.message)}")
         errors = sum(1 for f in findings if f.level == "error")
         warnings = sum(1 for f in findings if f.level == "warning")
-        print(f"{errors} error(s), {warnings} warning(s)")
+        say(f"{errors} error(s), {warnings} warning(s)")
     return 1 if any(f.level == "error" for f in findings) else 0
 
 

@@ -29,6 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from reproit_otel.cli.terminal import json_text, say, shown, terminal_capsule
+
 __all__ = [
     "DEFAULT_INGEST_URL",
     "IngestClient",
@@ -187,7 +189,7 @@ def _client(args: argparse.Namespace) -> IngestClient:
 
 
 def _fail(command: str, error: IngestClientError) -> int:
-    print(f"reproit-otel {command}: {error}", file=sys.stderr)
+    say(f"reproit-otel {command}: {shown(error)}", file=sys.stderr)
     return 2
 
 
@@ -201,12 +203,12 @@ def _table(rows: list[dict[str, Any]]) -> str:
     for row in rows:
         lines.append(
             (
-                str(row.get("id")),
-                str(row.get("count")),
-                "-" if row.get("status") is None else str(row.get("status")),
-                str(row.get("lastSeen")),
+                shown(row.get("id")),
+                shown(row.get("count")),
+                "-" if row.get("status") is None else shown(row.get("status")),
+                shown(row.get("lastSeen")),
                 "yes" if row.get("capsuleAvailable") else "no",
-                str(row.get("operation")),
+                shown(row.get("operation")),
             )
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
@@ -228,16 +230,19 @@ def run_list(args: argparse.Namespace) -> int:
     except IngestClientError as error:
         return _fail("list", error)
     if args.json:
-        print(json.dumps(page, ensure_ascii=False, indent=2))
+        say(json_text(page))
         return 0
     rows = page.get("occurrences", [])
     if not rows:
-        print("no occurrences")
+        say("no occurrences")
         return 0
-    print(_table(rows))
-    shown = page.get("offset", 0) + len(rows)
+    say(_table(rows))
+    listed = page.get("offset", 0) + len(rows)
     if page.get("nextOffset") is not None:
-        print(f"({shown} of {page.get('total')}; next page: --offset {page['nextOffset']})")
+        say(
+            f"({shown(listed)} of {shown(page.get('total'))}; "
+            f"next page: --offset {shown(page['nextOffset'])})"
+        )
     return 0
 
 
@@ -267,7 +272,7 @@ def run_show(args: argparse.Namespace) -> int:
     except IngestClientError as error:
         return _fail("show", error)
     if args.json:
-        print(json.dumps(occurrence, ensure_ascii=False, indent=2))
+        say(json_text(occurrence))
         return 0
     width = max(len(label) for _, label in _SHOW_FIELDS)
     for key, label in _SHOW_FIELDS:
@@ -275,10 +280,10 @@ def run_show(args: argparse.Namespace) -> int:
         if isinstance(value, bool):
             text = "yes" if value else "no (seen over OTLP only: no exchanges)"
         else:
-            text = "-" if value is None else str(value)
-        print(f"{label.ljust(width)}  {text}")
+            text = "-" if value is None else shown(value)
+        say(f"{label.ljust(width)}  {text}")
     if occurrence.get("capsuleAvailable"):
-        print(f"\npull it: reproit-otel pull {occurrence.get('id')} -o capsule.json")
+        say(f"\npull it: reproit-otel pull {shown(occurrence.get('id'))} -o capsule.json")
     return 0
 
 
@@ -290,7 +295,12 @@ def run_pull(args: argparse.Namespace) -> int:
         return _fail("pull", error)
     if args.output:
         Path(args.output).write_bytes(capsule)
-        print(f"wrote {args.output} ({len(capsule)} bytes)", file=sys.stderr)
+        say(f"wrote {shown(args.output)} ({len(capsule)} bytes)", file=sys.stderr)
+    elif sys.stdout.isatty():
+        # The same JSON value with terminal-unsafe characters escaped; redirected output
+        # stays the capsule's exact bytes.
+        sys.stdout.write(terminal_capsule(capsule))
+        sys.stdout.flush()
     else:
         sys.stdout.buffer.write(capsule)
         sys.stdout.flush()
