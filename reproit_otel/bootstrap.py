@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import threading
 import weakref
 from collections.abc import Sequence
@@ -61,6 +62,7 @@ from opentelemetry.sdk.trace.sampling import (
 )
 
 from reproit_otel._guard import guarded
+from reproit_otel._stderr import ensure_visible
 from reproit_otel.config import ReproitConfig, load_config
 from reproit_otel.processor import DebugDumpSink, OperationSink, ReproitSpanProcessor
 from reproit_otel.recording import register_secret_values
@@ -156,6 +158,7 @@ def install(
     mode, or no SDK ``TracerProvider``). Never raises, except that a ``REPROIT_REPLAY``
     capsule that cannot be loaded is an error: replay must never fall back to live calls.
     """
+    ensure_visible()  # before load_config, whose warning about a bad setting must be seen
     config = config if config is not None else load_config()
     if config.disabled:
         _log.debug("reproit-otel is disabled (%s)", "; ".join(config.problems) or "by setting")
@@ -218,9 +221,21 @@ def uninstall() -> None:
 
 
 def post_instrument(**kwargs: Any) -> None:
-    """The ``opentelemetry_post_instrument`` hook: :func:`install` on the global provider."""
+    """The ``opentelemetry_post_instrument`` hook: :func:`install` on the global provider.
+
+    Then, unless reproit-otel is disabled, one stderr warning per problem that keeps
+    failures from being captured: an instrumentation of a library reproit-otel needs spans
+    from that is not active (now, or when the application first imports the library), and
+    OpenTelemetry packages whose versions disagree (``reproit_otel.otel_setup``).
+    """
     with guarded("bootstrap.post_instrument"):
-        install()
+        ensure_visible()
+        config = load_config()
+        install(config=config)
+        if not config.disabled:
+            from reproit_otel.otel_setup import warn_at_startup
+
+            warn_at_startup(os.environ)
 
 
 class ReproitSpanExporter(SpanExporter):

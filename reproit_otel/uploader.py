@@ -35,8 +35,11 @@ What happens to an operation (PROTOCOL sections 5.3 and 5.4, decisions D3 and D5
    and tries again. A batch that was
    given up counts in ``failed_batches`` and ``dropped_operations``. A batch that cannot be
    built (a defect) counts in ``dropped_operations`` and is logged. Delivery problems are
-   logged through the ``reproit_otel`` logger: the first five of each kind, then every 100th,
-   so an ingest that is down cannot flood the application's logs.
+   logged through the ``reproit_otel`` logger as what to do (``reproit_otel.delivery``: a
+   refused key names ``REPROIT_API_KEY`` and the ingest's key flags, an unreachable ingest
+   its cause and ``REPROIT_ENDPOINT``): the first of each cause, then every 100th, so an
+   ingest that is down cannot flood the application's logs. They reach stderr even when the
+   only handler is OpenTelemetry's (``reproit_otel._stderr``).
 
 Our own traffic is neither recorded nor traced: uploads go through the standard library's
 ``http.client`` (no recorder patches it) inside OpenTelemetry's ``suppress_instrumentation``
@@ -65,6 +68,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 from reproit_otel._guard import absorb
+from reproit_otel.delivery import Delivery, describe_error, describe_status
 from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.batch import (
     CaptureEnvironment,
@@ -95,7 +99,7 @@ MIN_FLUSH_INTERVAL_MS = 100
 MAX_RETRY_LIMIT = 5
 DEFAULT_EXIT_FLUSH_TIMEOUT_S = 2.0
 USER_AGENT = "reproit-otel-uploader"
-_FIRST_WARNINGS = 5
+_FIRST_WARNINGS = 1
 _THEN_EVERY_WARNING = 100
 
 
@@ -448,40 +452,33 @@ class Uploader:
     def _send(self, body: bytes) -> bool:
         """POST one batch with retries; True on a 2xx answer."""
         limit = self.settings.retry_limit
+        outcome: int | Exception = 0
         for attempt in range(limit + 1):
-            status = self._post(body)
-            if status is not None and 200 <= status < 300:
+            outcome = self._post(body)
+            if isinstance(outcome, int) and 200 <= outcome < 300:
                 return True
-            if status is not None and 400 <= status < 500:
-                self._warn(
-                    "refused",
-                    "reproit-otel: the ingest refused a capture batch with HTTP %d; not retried",
-                    status,
-                )
+            if isinstance(outcome, int) and 400 <= outcome < 500:
+                self._warn(describe_status(outcome, self.settings.endpoint))
                 return False
             if attempt < limit and self._stop.wait(backoff_ms(attempt) / 1000):
                 return False
-        self._warn(
-            "undelivered",
-            "reproit-otel: a capture batch could not be delivered to %s",
-            self._target(),
-        )
+        if isinstance(outcome, int):
+            self._warn(describe_status(outcome, self.settings.endpoint))
+        else:
+            timeout = self.settings.request_timeout_ms
+            self._warn(describe_error(outcome, self.settings.endpoint, timeout))
         return False
 
-    def _warn(self, kind: str, message: str, *args: object) -> None:
-        """Log a delivery problem: the first few of each kind, then every 100th."""
-        count = self._warnings.get(kind, 0) + 1
-        self._warnings[kind] = count
+    def _warn(self, delivery: Delivery) -> None:
+        """Log a delivery problem: the first of each cause, then every 100th."""
+        count = self._warnings.get(delivery.cause, 0) + 1
+        self._warnings[delivery.cause] = count
         if count <= _FIRST_WARNINGS or count % _THEN_EVERY_WARNING == 0:
-            suffix = f" (occurrence {count})" if count > 1 else ""
-            _log.warning(message + suffix, *args)
+            suffix = f" ({count} times so far)" if count > 1 else ""
+            _log.warning("reproit-otel: %s%s", delivery.line(), suffix)
 
-    def _target(self) -> str:
-        parts = urlsplit(self.settings.endpoint)
-        return f"{parts.scheme}://{parts.hostname}:{parts.port or ''}{parts.path}"
-
-    def _post(self, body: bytes) -> int | None:
-        """One attempt: the HTTP status, or ``None`` for a network error or timeout."""
+    def _post(self, body: bytes) -> int | Exception:
+        """One attempt: the HTTP status, or the network error (refused, DNS, timeout...)."""
         parts = urlsplit(self.settings.endpoint)
         timeout = self.settings.request_timeout_ms / 1000
         connection: http.client.HTTPConnection
@@ -506,7 +503,7 @@ class Uploader:
             return response.status
         except (OSError, http.client.HTTPException) as error:
             _log.debug("reproit-otel upload attempt failed: %s", error)
-            return None
+            return error
         finally:
             connection.close()
 

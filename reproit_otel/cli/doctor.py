@@ -1,15 +1,23 @@
-"""``reproit-otel doctor [--import MODULE]... [--fixtures DIR] [--json]``: check the set-up.
+"""``reproit-otel doctor [--import MODULE]... [--fixtures DIR] [--ping] [--json]``: check.
 
-What it checks, in order, printing one line per finding (``ok``, ``warning`` or ``error``):
+What it checks, in order, printing one line per finding (``ok``, ``warning`` or ``error``;
+a problem's line ends with ``fix:`` and the command or change that fixes it):
 
 1. the installation: reproit-otel and the OpenTelemetry packages with their versions (API and
    SDK must agree), and the entry points zero-code use relies on (the ``reproit`` traces
    exporter and sampler, the ``opentelemetry_post_instrument`` hook, the console script);
-2. the configuration: every ``REPROIT_*`` variable parses (an unknown ``REPROIT_*`` name is
-   a warning: probably a typo), whether uploads can run, ``REPROIT_TOOLS`` and
-   ``REPROIT_REPLAY`` (the capsule must load);
+2. the configuration: every ``REPROIT_*`` variable parses (a name that is neither in the
+   settings table nor in the other documented variables, ``reproit_otel.variables``, is a
+   warning: probably a typo), whether uploads can run, ``REPROIT_TOOLS`` and
+   ``REPROIT_REPLAY`` (the capsule must load); ``OTEL_TRACES_EXPORTER`` names only installed
+   exporters and includes ``reproit``; with ``--ping``, the ingest answers at
+   ``REPROIT_ENDPOINT`` and accepts the key (``cli/doctor_setup.py``);
 3. the modules named by ``--import`` are imported, so their invoke boundaries are declared
-   (an import that fails is an error);
+   (an import that fails is an error); a Django project is set up first
+   (``DJANGO_SETTINGS_MODULE``, else the one ``manage.py`` names). Then the OpenTelemetry
+   packages must agree in version, and each library the modules imported (every installed
+   one without ``--import``) must have its instrumentation installed, matching and not
+   switched off;
 4. invoke-boundary fixtures (``REPROIT_FIXTURES`` or ``--fixtures``): every declared
    boundary with no usable fixture is an error; fixtures no declared boundary uses are
    warnings; fixtures in an older format are warnings with the command to re-record them;
@@ -23,6 +31,7 @@ Exit status: 1 when any error was found, else 0.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import importlib.metadata
 import os
@@ -86,7 +95,6 @@ _UNRECORDED = {
     "redis": "Redis (redis-py)",
     "smtplib": "SMTP (smtplib)",
 }
-_KNOWN_VARIABLES_EXTRA = ("REPROIT_TOOLS", "REPROIT_FIXTURES", "REPROIT_STRICT_INTERNAL")
 
 
 @dataclass(frozen=True)
@@ -122,13 +130,19 @@ def register(subparsers: Any) -> None:
         metavar="DIR",
         help="fixtures directory (default: $REPROIT_FIXTURES or .reproit/fixtures)",
     )
+    parser.add_argument(
+        "--ping",
+        action="store_true",
+        help="POST an empty batch to REPROIT_ENDPOINT with the key (the ingest refuses it as "
+        "a batch and stores nothing) to check that it is reachable and accepts the key",
+    )
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the findings; 1 when any is an error."""
-    findings = diagnose(args.modules, fixtures=args.fixtures)
+    findings = diagnose(args.modules, fixtures=args.fixtures, ping=args.ping)
     if args.json:
         say(json_text([f.__dict__ for f in findings]))
     else:
@@ -145,18 +159,30 @@ def diagnose(
     *,
     fixtures: str | None = None,
     environ: Mapping[str, str] | None = None,
+    ping: bool = False,
 ) -> list[Finding]:
     """Every finding, in report order (see the module docstring)."""
+    from reproit_otel.cli import doctor_setup
+
     env = os.environ if environ is None else environ
+    modules = list(modules)
     # reproit-otel's own imports happen before the baseline, so only the application's count.
     importlib.import_module("reproit_otel.instrumentation.invoke")
     findings: list[Finding] = []
     findings += _installation()
     findings += _configuration(env)
+    findings += doctor_setup.exporter_findings(env)
+    if ping:
+        from reproit_otel.config import load_config
+
+        findings += doctor_setup.ping_findings(load_config(env))
     before = set(sys.modules)
+    findings += doctor_setup.setup_django(modules, env)
     findings += _imports(modules)
+    imported = set(sys.modules) - before
+    findings += doctor_setup.package_findings(env, imported if modules else None)
     findings += _fixtures(fixtures, env)
-    findings += _unrecorded(set(sys.modules) - before)
+    findings += _unrecorded(imported)
     return findings
 
 
@@ -227,20 +253,23 @@ def _entry_points() -> list[Finding]:
 
 
 def _configuration(env: Mapping[str, str]) -> list[Finding]:
-    from reproit_otel.config import SETTINGS, read_config
+    from reproit_otel.config import read_config
     from reproit_otel.errors import ConfigurationError
     from reproit_otel.fixtures import tools_settings
+    from reproit_otel.variables import known_variables
 
     found: list[Finding] = []
-    known = {setting.env for setting in SETTINGS} | set(_KNOWN_VARIABLES_EXTRA)
+    known = known_variables()
     for name in sorted(env):
         if name.startswith("REPROIT_") and name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            fix = f"rename it {close[0]}" if close else f"unset {name}"
             found.append(
                 Finding(
                     "warning",
                     "configuration",
-                    f"{name} is not a reproit-otel setting (a typo?); "
-                    "see docs/configuration.md for the list",
+                    f"{name} is not a reproit-otel variable (a typo?; docs/configuration.md "
+                    f"lists them all); fix: {fix}",
                 )
             )
     try:

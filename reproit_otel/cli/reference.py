@@ -3,14 +3,16 @@
 :func:`render_cli_markdown` walks the ``reproit-otel`` parser (:func:`reproit_otel.cli.
 build_parser`) and writes one table per subcommand: every argument and flag, its default and
 its help text, so the documentation holds exactly what ``--help`` says. The settings table
-comes from :func:`reproit_otel.config.render_markdown` the same way.
+comes from :func:`reproit_otel.config.render_markdown` the same way, and the table of the
+other variables from :func:`reproit_otel.variables.render_other_markdown`.
 
-Both live between markers in ``docs/configuration.md``::
+They live between markers in ``docs/configuration.md``::
 
     <!-- settings:begin --> ... <!-- settings:end -->
+    <!-- variables:begin --> ... <!-- variables:end -->
     <!-- cli:begin --> ... <!-- cli:end -->
 
-and a test fails when either is stale. Regenerate both in place with::
+and a test fails when any is stale. Regenerate both in place with::
 
     python -m reproit_otel.cli.reference docs/configuration.md
 
@@ -106,11 +108,13 @@ def replace_section(text: str, name: str, body: str) -> str:
 
 
 def update_configuration_doc(path: Path) -> bool:
-    """Regenerate both sections of ``path``; returns True when the file changed."""
+    """Regenerate the generated sections of ``path``; returns True when the file changed."""
     from reproit_otel.config import render_markdown
+    from reproit_otel.variables import render_other_markdown
 
     text = path.read_text(encoding="utf-8")
     updated = replace_section(text, "settings", render_markdown())
+    updated = replace_section(updated, "variables", render_other_markdown())
     updated = replace_section(updated, "cli", render_cli_markdown())
     if updated != text:
         path.write_text(updated, encoding="utf-8")

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from reproit_otel.cli import build_parser
 from reproit_otel.cli.reference import render_cli_markdown, replace_section
-from reproit_otel.config import render_markdown
+from reproit_otel.config import SETTINGS, render_markdown
+from reproit_otel.variables import known_variables, render_other_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGURATION = ROOT / "docs" / "configuration.md"
@@ -76,3 +77,19 @@ def test_replace_section_swaps_only_the_named_section() -> None:
     assert replace_section(text, "one", "new\n") == (
         "a\n<!-- one:begin -->\nnew\n<!-- one:end -->\n<!-- two:begin -->\nx\n<!-- two:end -->\n"
     )
+
+
+def test_the_other_variables_table_is_the_generated_one() -> None:
+    assert _section("variables") == render_other_markdown(), f"stale; regenerate: {REGENERATE}"
+
+
+def test_the_documented_variables_are_exactly_those_doctor_knows() -> None:
+    documented = set()
+    for name in ("settings", "variables"):
+        documented |= set(re.findall(r"^\| `(REPROIT_[A-Z0-9_]+)`", _section(name), flags=re.M))
+    from_table = {setting.env for setting in SETTINGS}
+    assert from_table <= documented
+    assert documented == known_variables()
+    for name in ("REPROIT_INGEST_URL", "REPROIT_INGEST_DB", "REPROIT_INGEST_API_KEYS"):
+        assert name in known_variables()
+    assert {"REPROIT_INGEST_READ_KEYS", "REPROIT_INGEST_REPLAY_EXEC"} <= known_variables()

@@ -1,0 +1,69 @@
+"""reproit-otel's own warnings stay visible on stderr whatever the application's logging is.
+
+Python prints a warning nobody handles (``logging.lastResort``), but only while no handler at
+all is configured. Under ``opentelemetry-instrument`` with log export switched on, the root
+logger's one handler is OpenTelemetry's ``LoggingHandler``: every warning then leaves as an
+OTLP log record (or nowhere, with no collector) and the terminal shows nothing, so a refused
+API key or an unreachable ingest goes unnoticed.
+
+:func:`ensure_visible` adds one handler to the ``reproit_otel`` logger that writes a record
+(warning and above) to stderr only when no stream or file handler on the way to the root
+would write it, so nothing is printed twice. It holds no lock: a line is one ``write``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+__all__ = ["ensure_visible"]
+
+_LOGGER_NAME = "reproit_otel"
+
+
+class _StderrFallback(logging.Handler):
+    """Writes to stderr what no stream handler of the logger chain writes."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        super().__init__(logging.WARNING)
+        self._logger = logger
+        self.setFormatter(logging.Formatter("%(message)s"))
+
+    def createLock(self) -> None:
+        # One write per record needs no lock, and ours must never be held while logging.
+        self.lock = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            if _printed_elsewhere(self._logger, record, self):
+                return
+            sys.stderr.write(self.format(record) + "\n")
+            sys.stderr.flush()
+        except Exception:  # a closed stderr or a broken record: never the application's problem
+            return
+
+
+def _printed_elsewhere(
+    logger: logging.Logger, record: logging.LogRecord, ours: logging.Handler
+) -> bool:
+    current: logging.Logger | None = logger
+    while current is not None:
+        for handler in current.handlers:
+            if (
+                handler is not ours
+                and isinstance(handler, logging.StreamHandler)
+                and record.levelno >= handler.level
+            ):
+                return True
+        if not current.propagate:
+            return False
+        current = current.parent
+    return False
+
+
+def ensure_visible() -> None:
+    """Add the stderr fallback to the ``reproit_otel`` logger (once per process)."""
+    logger = logging.getLogger(_LOGGER_NAME)
+    if any(isinstance(handler, _StderrFallback) for handler in logger.handlers):
+        return
+    logger.addHandler(_StderrFallback(logger))

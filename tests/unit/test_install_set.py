@@ -1,0 +1,56 @@
+"""The one install line of the guides yields the OpenTelemetry set the tests run with.
+
+``pip install 'reproit-otel[otel]'`` pins exact releases; they must be the releases
+``constraints.txt`` gives the project's own environment (which ``scripts/bootstrap`` installs
+with that extra), and cover the SDK, the distro, the exporters and the instrumentation of
+every library reproit-otel needs spans from (``reproit_otel.otel_setup.LIBRARIES``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import tomllib
+from packaging.requirements import Requirement
+
+from reproit_otel.otel_setup import INSTALL_TESTED_SET, LIBRARIES
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _extra(name: str) -> dict[str, str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    pins: dict[str, str] = {}
+    for text in project["optional-dependencies"][name]:
+        requirement = Requirement(text)
+        [specifier] = requirement.specifier
+        assert specifier.operator == "==", f"{text}: the otel extra pins exact releases"
+        pins[requirement.name] = specifier.version
+    return pins
+
+
+def _constraints() -> dict[str, str]:
+    pins: dict[str, str] = {}
+    for line in (ROOT / "constraints.txt").read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[name] = version
+    return pins
+
+
+def test_the_otel_extra_pins_the_releases_of_constraints_txt() -> None:
+    extra, constraints = _extra("otel"), _constraints()
+    assert {name: constraints.get(name) for name in extra} == extra
+
+
+def test_the_otel_extra_covers_sdk_distro_exporters_and_every_checked_library() -> None:
+    extra = _extra("otel")
+    wanted = {"opentelemetry-sdk", "opentelemetry-distro", "opentelemetry-exporter-otlp"}
+    wanted |= {library.distribution for library in LIBRARIES}
+    assert sorted(wanted - set(extra)) == []
+    assert INSTALL_TESTED_SET == "pip install 'reproit-otel[otel]'"
+
+
+def test_bootstrap_installs_the_extra_with_the_constraints() -> None:
+    script = (ROOT / "scripts" / "bootstrap").read_text(encoding="utf-8")
+    assert "-c constraints.txt -e '.[dev,otel]'" in script
