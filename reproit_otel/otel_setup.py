@@ -408,8 +408,10 @@ def warn_at_startup(environ: Mapping[str, str]) -> list[Problem]:
     """Under the launcher: write each problem once to stderr; returns those written now.
 
     Version disagreements and the instrumentations of libraries already imported are
-    reported at once; a library imported later is reported at its first import. Called once
-    per process (a second call does nothing).
+    reported at once (reproit-otel's own hooks import the ones it patches when they are
+    installed: Flask, Django, Starlette, requests, psycopg2, SQLAlchemy); a library imported
+    later (FastAPI) is reported at its first import. Called once per process (a second call
+    does nothing).
     """
     global _watch
     if _watch is not None:
@@ -418,7 +420,9 @@ def warn_at_startup(environ: Mapping[str, str]) -> list[Problem]:
     later: dict[str, Problem] = {}
     installed = installed_libraries()
     for library in LIBRARIES:
-        if _instrumentor_active(library):
+        # A release outside the instrumentation's range is reported by OpenTelemetry itself
+        # at start-up (``... falls outside of that range``): not said twice.
+        if _instrumentor_active(library) or _outside_instrumented_range(library) is not None:
             continue
         if library.module in sys.modules:
             problems.append(_why_inactive(library, environ))
