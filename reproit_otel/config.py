@@ -43,6 +43,7 @@ __all__ = [
     "REPROIT_API_KEY",
     "REPROIT_APP_ID",
     "REPROIT_BUILD",
+    "REPROIT_CAPTURE_BUDGET",
     "REPROIT_CI_CAPTURE",
     "REPROIT_CI_SPOOL",
     "REPROIT_CI_SPOOL_MAX",
@@ -92,6 +93,8 @@ REPROIT_REQUEST_TIMEOUT_MS = "REPROIT_REQUEST_TIMEOUT_MS"
 """Timeout of one upload request, in ms (default 5000)."""
 REPROIT_RETRY_LIMIT = "REPROIT_RETRY_LIMIT"
 """Retries after a failed upload (default 2, clamped to 0..5; 4xx is never retried)."""
+REPROIT_CAPTURE_BUDGET = "REPROIT_CAPTURE_BUDGET"
+"""Bytes of one failing operation uploaded whole as an artifact past the batch bounds (0: off)."""
 REPROIT_SCAN = "REPROIT_SCAN"
 """``1`` enables scan mode: a trusted ``x-reproit-trace`` request header is honoured (D12)."""
 REPROIT_SCAN_TOKEN = "REPROIT_SCAN_TOKEN"
@@ -220,6 +223,9 @@ def _clamped(low: int, high: int) -> Callable[[str], int]:
 
     return parse
 
+
+CAPTURE_BUDGET_DEFAULT = 4 * 1024 * 1024
+CAPTURE_BUDGET_CEILING = 64 * 1024 * 1024
 
 SPOOL_MAX_DEFAULT = 16777216
 SPOOL_MAX_FLOOR = 4096
@@ -366,6 +372,15 @@ SETTINGS: tuple[Setting, ...] = (
         "Retries after a failed upload, clamped to 0..5; a 4xx answer is never retried.",
     ),
     _row(
+        "capture_budget",
+        REPROIT_CAPTURE_BUDGET,
+        CAPTURE_BUDGET_DEFAULT,
+        _clamped(0, CAPTURE_BUDGET_CEILING),
+        "Bytes (canonical JSON of the capsule) up to which a failing operation too big for one "
+        "batch is still uploaded whole, as a content-addressed artifact; `0` turns it off "
+        "(clamped to 0..64 MiB).",
+    ),
+    _row(
         "scan",
         REPROIT_SCAN,
         False,
@@ -471,6 +486,7 @@ class ReproitConfig:
     flush_interval_ms: int = 3000
     request_timeout_ms: int = 5000
     retry_limit: int = 2
+    capture_budget: int = CAPTURE_BUDGET_DEFAULT
     scan: bool = False
     scan_token: str | None = field(default=None, repr=False)
     secret_values: tuple[str, ...] = field(default=(), repr=False)

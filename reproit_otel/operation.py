@@ -5,7 +5,8 @@ An :class:`Operation` is created by the span processor when a local-root SERVER 
 and the bookkeeping that decides ``effectsComplete`` (PROTOCOL decision D4):
 
 * every span started under the operation's server span is tracked (parent, kind, name,
-  instrumentation library), up to :data:`MAX_SPANS_PER_OPERATION`;
+  instrumentation library), up to :data:`MAX_SPANS_PER_OPERATION` (:data:`HEAVY_MAX_SPANS` for
+  a capture while heavy capture is on);
 * a *dependency span* is a CLIENT span or a span with a ``db.system`` / ``db.system.name``
   attribute; each must be covered by a recorded exchange. An exchange covers the span that was
   current when the recorder started it (or that span's nearest dependency ancestor); a nested
@@ -59,6 +60,8 @@ if TYPE_CHECKING:
     from reproit_otel.inbound import InboundRequest
 
 __all__ = [
+    "HEAVY_MAX_EVENTS",
+    "HEAVY_MAX_SPANS",
     "MAX_INCOMPLETE_REASONS",
     "MAX_SPANS_PER_OPERATION",
     "ExchangeState",
@@ -68,6 +71,10 @@ __all__ = [
 
 MAX_SPANS_PER_OPERATION = 1024
 """Spans tracked per operation; past it new spans are not tracked and effects are incomplete."""
+HEAVY_MAX_EVENTS = 16384
+"""Events a capture operation may hold when heavy capture is on (``REPROIT_CAPTURE_BUDGET``)."""
+HEAVY_MAX_SPANS = 2 * HEAVY_MAX_EVENTS
+"""Spans tracked per capture operation when heavy capture is on (a call may nest two spans)."""
 MAX_INCOMPLETE_REASONS = 16
 """Distinct incompleteness reasons kept per operation (the first ones)."""
 
@@ -174,8 +181,10 @@ class Operation:
         secrets: Callable[[], tuple[str, ...]],
         on_ready: Callable[[Operation], None],
         on_reason: Callable[[Operation, str], None],
+        max_spans: int = MAX_SPANS_PER_OPERATION,
     ) -> None:
         self.trace = trace
+        self.max_spans = max_spans
         self.otel_trace_id = otel_trace_id
         self.root_span_id = root_span_id
         self.scan = scan
@@ -209,8 +218,8 @@ class Operation:
     def add_span(self, record: SpanRecord) -> bool:
         """Track a span of this operation; False when the table is full (then incomplete)."""
         with self._lock:
-            if len(self.spans) >= MAX_SPANS_PER_OPERATION:
-                self._reason_locked("too many spans to track (limit 1024)")
+            if len(self.spans) >= self.max_spans:
+                self._reason_locked(f"too many spans to track (limit {self.max_spans})")
                 return False
             self.spans[record.span_id] = record
             if record.dependency:

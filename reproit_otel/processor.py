@@ -59,6 +59,9 @@ from reproit_otel.config import EffectsCompleteMode, ReproitConfig, load_config
 from reproit_otel.errors import TraceError
 from reproit_otel.inbound import InboundRequest, current_inbound, single_or_list
 from reproit_otel.operation import (
+    HEAVY_MAX_EVENTS,
+    HEAVY_MAX_SPANS,
+    MAX_SPANS_PER_OPERATION,
     ExchangeBinding,
     Operation,
     SpanRecord,
@@ -68,6 +71,7 @@ from reproit_otel.wire.canonical import canonical_json_bytes
 from reproit_otel.wire.inputs import http_input
 from reproit_otel.wire.redaction import scrub_secret_values, scrub_value
 from reproit_otel.wire.trace import (
+    MAX_EVENTS,
     BackendTrace,
     CaptureContext,
     TraceContext,
@@ -436,6 +440,9 @@ class ReproitSpanProcessor(SpanProcessor):
         else:
             name, input_value = self._from_attributes(span)
             source = partial(_same, input_value)
+        # Heavy capture: an operation past the 256-event trace limit is still recorded whole,
+        # for the uploader to send as an artifact (see uploader.py).
+        heavy = scan_context is None and self.config.capture_budget > 0
         secret_values = self._current_secrets()
         if secret_values:
             # D8: a configured secret in the path would ride in the operation name, which every
@@ -450,7 +457,10 @@ class ReproitSpanProcessor(SpanProcessor):
                 trace = BackendTrace.begin(context, name, input=input_value)
             else:  # a capture: the input is built, scrubbed and redacted only if it is wanted
                 trace = BackendTrace.begin(
-                    context, name, input_factory=_input_factory(source, self._current_secrets)
+                    context,
+                    name,
+                    input_factory=_input_factory(source, self._current_secrets),
+                    max_events=HEAVY_MAX_EVENTS if heavy else MAX_EVENTS,
                 )
         except TraceError as exc:
             with self._lock:
@@ -467,6 +477,7 @@ class ReproitSpanProcessor(SpanProcessor):
             secrets=self._current_secrets,
             on_ready=self._hand_off,
             on_reason=self._note_reason,
+            max_spans=HEAVY_MAX_SPANS if heavy else MAX_SPANS_PER_OPERATION,
         )
         key = (trace_id, span_id)
         evicted: list[Operation] = []

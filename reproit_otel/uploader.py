@@ -65,12 +65,14 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 from reproit_otel._guard import absorb
-from reproit_otel.delivery import Delivery, describe_error, describe_status
+from reproit_otel.delivery import Delivery, describe_error, describe_status, endpoint_target
 from reproit_otel.wire._js import UNSET
+from reproit_otel.wire.artifacts import CAPSULE_MEDIA_TYPE, capsule_artifact, naming_artifact
 from reproit_otel.wire.batch import (
+    CaptureBuild,
     CaptureEnvironment,
     CaptureSettings,
     build_capture_result,
@@ -120,6 +122,8 @@ class UploaderSettings:
     retry_limit: int = 2
     exit_flush_timeout_s: float = DEFAULT_EXIT_FLUSH_TIMEOUT_S
     queue_limit: int = QUEUE_LIMIT
+    capture_budget: int = 0
+    """Bytes up to which an operation too big for one batch goes whole as an artifact (0: off)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -128,6 +132,7 @@ class UploaderSettings:
         object.__setattr__(self, "retry_limit", min(MAX_RETRY_LIMIT, max(0, int(self.retry_limit))))
         object.__setattr__(self, "request_timeout_ms", max(1, int(self.request_timeout_ms)))
         object.__setattr__(self, "queue_limit", max(1, int(self.queue_limit)))
+        object.__setattr__(self, "capture_budget", max(0, int(self.capture_budget)))
 
     @classmethod
     def from_config(cls, config: ReproitConfig) -> UploaderSettings | None:
@@ -148,6 +153,7 @@ class UploaderSettings:
             flush_interval_ms=config.flush_interval_ms,
             request_timeout_ms=config.request_timeout_ms,
             retry_limit=config.retry_limit,
+            capture_budget=config.capture_budget,
         )
 
 
@@ -188,6 +194,10 @@ def _fresh_stats() -> dict[str, Any]:
         "failed_batches": 0,
         "capture_dropped_effects": 0,
         "capture_replaced_values": 0,
+        "artifacts_sent": 0,
+        "artifacts_refused": 0,
+        "artifacts_failed": 0,
+        "capture_over_budget": 0,
         "ineligible": {},
     }
 
@@ -420,12 +430,10 @@ class Uploader:
                 self._batch_number += 1
                 number = self._batch_number
             try:
+                environment = self._environment(number)
                 build = build_capture_result(
-                    operation,
-                    config=self.settings.capture,
-                    environment=self._environment(number),
+                    operation, config=self.settings.capture, environment=environment
                 )
-                body = canonical_json_bytes(build.batch)
             except Exception:
                 _log.exception(
                     "reproit-otel could not build the capture batch of %r; it is dropped",
@@ -434,20 +442,81 @@ class Uploader:
                 with self._cond:
                     self._stats["dropped_operations"] += 1
                 continue
+            batch, lost, outcome = build.batch, build.dropped_effects, None
+            if lost and self.settings.capture_budget:
+                try:
+                    batch, lost, outcome = self._whole(operation, environment, build)
+                except Exception:
+                    _log.exception("reproit-otel could not send a heavy capture as an artifact")
+                    outcome = "artifacts_failed"
             try:
-                sent = self._send(body)
+                sent = self._send(canonical_json_bytes(batch))
             except Exception:
                 # A defect while sending costs this batch, never the uploader thread.
                 _log.exception("reproit-otel could not send a capture batch; it is dropped")
                 sent = False
             with self._cond:
-                self._stats["capture_dropped_effects"] += build.dropped_effects
+                self._stats["capture_dropped_effects"] += lost
                 self._stats["capture_replaced_values"] += build.replaced_values
+                if outcome is not None:
+                    self._stats[outcome] += 1
                 if sent:
                     self._stats["sent_batches"] += 1
                 else:
                     self._stats["failed_batches"] += 1
                     self._stats["dropped_operations"] += 1
+
+    def _whole(
+        self, operation: Mapping[str, Any], environment: CaptureEnvironment, build: CaptureBuild
+    ) -> tuple[dict[str, Any], int, str]:
+        """Send an operation the batch bound cut as a capsule artifact, within the budget.
+
+        Returns the batch to send, the effects it loses, and the counter to add one to. Past
+        the budget, or when the ingest takes no artifacts (404, 405, 501) or the artifact
+        cannot be delivered, the bounded batch goes as it is, ``partial`` with its counts.
+        """
+        budget = self.settings.capture_budget
+        whole = build_capture_result(
+            operation,
+            config=self.settings.capture,
+            environment=environment,
+            payload_limit=budget,
+        )
+        artifact = None if whole.dropped_effects else capsule_artifact(whole.batch)
+        if artifact is None or len(artifact[0]) > budget:
+            return build.batch, build.dropped_effects, "capture_over_budget"
+        data, descriptor = artifact
+        status = self._send_artifact(descriptor["id"], data)
+        if status is None or not 200 <= status < 300:
+            refused = status in _NO_ARTIFACTS
+            self._warn(
+                Delivery(
+                    "artifact-refused" if refused else "artifact-failed",
+                    f"a heavy capture's artifact was not taken by the ingest at "
+                    f"{endpoint_target(self.settings.endpoint)} "
+                    f"({'no answer' if status is None else f'HTTP {status}'}): its batch was "
+                    "sent bounded, with effects left out",
+                    "run an ingest that takes artifacts (reproit-otel serve), or set "
+                    "REPROIT_CAPTURE_BUDGET=0 to stop trying",
+                )
+            )
+            kind = "artifacts_refused" if refused else "artifacts_failed"
+            return build.batch, build.dropped_effects, kind
+        completed = {name: d for name, d in build.partial.items() if name not in whole.partial}
+        return naming_artifact(build.batch, descriptor, completed), 0, "artifacts_sent"
+
+    def _send_artifact(self, identifier: str, data: bytes) -> int | None:
+        """PUT the artifact with the batch's retries; the last status (``None``: no answer)."""
+        path = _sibling_path(self.settings.endpoint, f"artifacts/{identifier}")
+        status: int | None = None
+        for attempt in range(self.settings.retry_limit + 1):
+            outcome = self._post(data, method="PUT", path=path, content_type=CAPSULE_MEDIA_TYPE)
+            status = outcome if isinstance(outcome, int) else None
+            if status is not None and status < 500:
+                return status
+            if attempt < self.settings.retry_limit and self._stop.wait(backoff_ms(attempt) / 1000):
+                break
+        return status
 
     def _send(self, body: bytes) -> bool:
         """POST one batch with retries; True on a 2xx answer."""
@@ -477,7 +546,14 @@ class Uploader:
             suffix = f" ({count} times so far)" if count > 1 else ""
             _log.warning("reproit-otel: %s%s", delivery.line(), suffix)
 
-    def _post(self, body: bytes) -> int | Exception:
+    def _post(
+        self,
+        body: bytes,
+        *,
+        method: str = "POST",
+        path: str | None = None,
+        content_type: str = "application/json",
+    ) -> int | Exception:
         """One attempt: the HTTP status, or the network error (refused, DNS, timeout...)."""
         parts = urlsplit(self.settings.endpoint)
         timeout = self.settings.request_timeout_ms / 1000
@@ -490,14 +566,15 @@ class Uploader:
             connection = http.client.HTTPConnection(
                 parts.hostname or "", parts.port, timeout=timeout
             )
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        if path is None:
+            path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         headers = {
             "authorization": f"Bearer {self.settings.api_key}",
-            "content-type": "application/json",
+            "content-type": content_type,
             "user-agent": USER_AGENT,
         }
         try:
-            connection.request("POST", path, body=body, headers=headers)
+            connection.request(method, path, body=body, headers=headers)
             response = connection.getresponse()
             response.read()
             return response.status
@@ -506,6 +583,16 @@ class Uploader:
             return error
         finally:
             connection.close()
+
+
+# Answers of an ingest that has no artifact route (or does not allow PUT on it).
+_NO_ARTIFACTS = frozenset({404, 405, 501})
+
+
+def _sibling_path(endpoint: str, relative: str) -> str:
+    """The path of ``relative`` beside the batch endpoint (``/v1/capture-batches`` gives
+    ``/v1/<relative>``)."""
+    return urlsplit(urljoin(endpoint, relative)).path
 
 
 # -- process hooks ---------------------------------------------------------------------------

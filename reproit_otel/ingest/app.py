@@ -10,6 +10,14 @@ Routes (every ``/v1`` route needs ``Authorization: Bearer <key>``):
     or carries no signed failure observation (:mod:`reproit_otel.ingest.batch_check`).
     Every refusal is ``{"error": {"rule": ..., "field": ..., "message": ...}}``; a refused
     batch also gets ``"problems"``, every rule it breaks.
+``PUT /v1/artifacts/{id}``
+    The bytes of a content-addressed artifact a batch will name (a heavy operation's whole
+    capsule, media type ``application/vnd.reproit.backend-capture+json``), sent before that
+    batch, with the same keys, size limit and encodings as batches. ``id`` is ``sha256:`` and
+    the 64 hex digits of the bytes' SHA-256. Answers ``201`` ``{"stored": true, "id", "bytes"}``,
+    or ``200`` with ``"stored": false`` when the same artifact is already stored (it is stored
+    once); ``400`` when the bytes do not hash to ``id`` (``artifact-hash``) or are not a capsule;
+    ``415`` for another media type.
 ``GET /v1/occurrences?operation=&status=&project=&limit=&offset=``
     ``{"occurrences": [...], "total": N, "limit": L, "offset": O, "nextOffset": O2 | null}``,
     most recently seen first (``limit`` 1..500, default 50).
@@ -17,8 +25,9 @@ Routes (every ``/v1`` route needs ``Authorization: Bearer <key>``):
     One occurrence, ``404`` when unknown.
 ``GET /v1/occurrences/{id}/capsule``
     The section 5.9 projection of the occurrence's latest batch, as canonical JSON (the capsule
-    file encoding of section 5.10). ``409`` for an occurrence only seen over OTLP (it carries
-    no exchanges), ``422`` when the batch projects to nothing.
+    file encoding of section 5.10); for a batch naming a stored capsule artifact (a heavy
+    operation), that artifact: the whole capsule. ``409`` for an occurrence only seen over
+    OTLP (it carries no exchanges), ``422`` when the batch projects to nothing.
 ``POST /v1/traces``
     OTLP/HTTP protobuf (gzip or not); failing server spans become occurrences
     (:mod:`reproit_otel.ingest.otlp`). Answers an empty ``ExportTraceServiceResponse``.
@@ -49,14 +58,21 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from reproit_otel.errors import CapsuleError
 from reproit_otel.ingest.accesslog import AccessLogMiddleware
 from reproit_otel.ingest.batch_check import check_batch, problem_json
 from reproit_otel.ingest.facts import UnsignedBatchError, batch_facts
 from reproit_otel.ingest.otlp import OtlpDecodeError, decode_request, failing_server_spans
 from reproit_otel.ingest.store import MAX_PAGE, Store
 from reproit_otel.wire._js import has_lone_surrogate
+from reproit_otel.wire.artifacts import (
+    ARTIFACT_ID_PATTERN,
+    CAPSULE_MEDIA_TYPE,
+    artifact_id,
+    capsule_artifact_id,
+)
 from reproit_otel.wire.canonical import canonical_json
-from reproit_otel.wire.capsule import capsule_bytes, capsule_from_batch
+from reproit_otel.wire.capsule import capsule_bytes, capsule_from_batch, load_capsule
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 
@@ -211,6 +227,43 @@ class IngestApp:
             status_code=202,
         )
 
+    async def put_artifact(self, request: Request) -> Response:
+        self._authorize(request)
+        identifier = request.path_params["artifact_id"]
+        if ARTIFACT_ID_PATTERN.fullmatch(identifier) is None:
+            raise _Refused(
+                400, "artifact", "id", "an artifact id is sha256: and 64 lowercase hex digits"
+            )
+        media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if media_type != CAPSULE_MEDIA_TYPE:
+            return JSONResponse(
+                {
+                    "error": {
+                        "rule": "content-type",
+                        "field": "content-type",
+                        "message": f"this ingest takes artifacts of type {CAPSULE_MEDIA_TYPE}",
+                    }
+                },
+                status_code=415,
+            )
+        raw = self._decompress(await self._body(request), request.headers.get("content-encoding"))
+        if artifact_id(raw) != identifier:
+            raise _Refused(
+                400,
+                "artifact-hash",
+                "body",
+                f"the bytes hash to {artifact_id(raw)}, not {identifier}: refused as altered",
+            )
+        try:
+            load_capsule(raw)
+        except CapsuleError as error:
+            raise _Refused(400, "artifact", "body", f"not a capsule: {error}") from error
+        stored = await run_in_threadpool(self.store.store_artifact, identifier, media_type, raw)
+        return JSONResponse(
+            {"stored": stored, "id": identifier, "bytes": len(raw)},
+            status_code=201 if stored else 200,
+        )
+
     async def post_traces(self, request: Request) -> Response:
         self._authorize(request)
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -300,6 +353,11 @@ class IngestApp:
                 "no exchanges, so there is no capsule. Install reproit-otel in the service to "
                 "capture one.",
             )
+        named = capsule_artifact_id(batch)
+        if named is not None:
+            artifact = await run_in_threadpool(self.store.get_artifact, named)
+            if artifact is not None:  # a heavy operation: its whole capsule
+                return Response(artifact.body, media_type="application/json")
         capsule = capsule_from_batch(batch)
         if capsule is None:
             raise _Refused(
@@ -338,6 +396,7 @@ def create_app(
         Route("/healthz", _wrap(ingest.healthz), methods=["GET"]),
         Route("/v1/capture-batches", _wrap(ingest.post_capture_batch), methods=["POST"]),
         Route("/v1/traces", _wrap(ingest.post_traces), methods=["POST"]),
+        Route("/v1/artifacts/{artifact_id}", _wrap(ingest.put_artifact), methods=["PUT"]),
         Route("/v1/occurrences", _wrap(ingest.list_occurrences), methods=["GET"]),
         Route("/v1/occurrences/{occurrence_id}", _wrap(ingest.get_occurrence), methods=["GET"]),
         Route(

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from reproit_otel.errors import ConfigurationError
+from reproit_otel.ingest.artifact_store import ARTIFACT_SCHEMA, ArtifactStore
 from reproit_otel.ingest.facts import FailureFacts
 
 _SQLITE_SCHEMA = (
@@ -79,6 +80,7 @@ _SQLITE_SCHEMA = (
         occurrence_id TEXT NOT NULL,
         received_ms INTEGER NOT NULL,
         PRIMARY KEY (project_id, trace_id, span_id))""",
+    ARTIFACT_SCHEMA,
 )
 
 _POSTGRES_SCHEMA = tuple(
@@ -239,7 +241,7 @@ class _Cursor(Protocol):
     def fetchall(self) -> list[Any]: ...
 
 
-class Store:
+class Store(ArtifactStore):
     """The shared logic; a subclass supplies connections and the SQL dialect."""
 
     greatest = "MAX"

@@ -70,7 +70,7 @@ from zoneinfo import ZoneInfo
 
 from ._js import UNSET, is_js_integer, is_unset, js_string, utf16_length
 from .canonical import canonical_json_bytes
-from .payload import capture_payload
+from .payload import MAX_CAPTURE_PAYLOAD_BYTES, capture_payload
 from .trace import marked_oracle as marked_agent_oracle
 
 __all__ = [
@@ -519,11 +519,14 @@ def build_capture_result(
     *,
     config: CaptureSettings,
     environment: CaptureEnvironment,
+    payload_limit: int = MAX_CAPTURE_PAYLOAD_BYTES,
 ) -> CaptureBuild:
     """Build the ``capture-batch-v1`` object for one queued operation, with D3's counts.
 
     ``operation`` is ``{"operation": name, "status": int | None, "events": raw events}`` as
     queued after :func:`capture_eligibility`. Never raises for well-formed raw events.
+    ``payload_limit`` replaces D3's 49152-byte bound: the uploader builds the whole operation
+    with its heavy-capture budget to project the capsule it sends as an artifact.
     """
     name = operation["operation"]
     status = operation.get("status")
@@ -535,7 +538,9 @@ def build_capture_result(
 
     all_effects = [e for e in raw_events if isinstance(e, Mapping) and e.get("kind") == "effect"]
     payload, dropped_count = capture_payload(
-        {"operation": name, "status": status, "events": raw_events}, envelope=envelope
+        {"operation": name, "status": status, "events": raw_events},
+        envelope=envelope,
+        limit=payload_limit,
     )
     if payload is None:
         # Even the start and return alone exceed the bound: every effect is dropped.

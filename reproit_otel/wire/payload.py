@@ -57,9 +57,13 @@ def capture_payload(
     operation: Mapping[str, Any],
     *,
     envelope: Mapping[str, Any] | UnsetType = UNSET,
+    limit: int = MAX_CAPTURE_PAYLOAD_BYTES,
 ) -> tuple[dict[str, Any] | None, int]:
     """``(payload, dropped_effects)`` for a queued operation; ``payload`` is ``None`` when even
-    the events without any effect exceed 49152 bytes of canonical JSON."""
+    the events without any effect exceed 49152 bytes of canonical JSON.
+
+    ``limit`` replaces the 49152-byte bound (the heavy-capture artifact is built with its budget).
+    """
     events: list[Any] = list(operation["events"])
     oracle = marked_oracle(events) or SERVER_ERROR_ORACLE
     # The size is computed once per event instead of re-encoding the whole payload after each
@@ -69,7 +73,7 @@ def capture_payload(
     sizes = [len(canonical_json_bytes(event)) for event in events]
     total = base + sum(sizes) + max(len(events) - 1, 0)
     dropped = 0
-    while total > MAX_CAPTURE_PAYLOAD_BYTES:
+    while total > limit:
         last = next(
             (
                 index

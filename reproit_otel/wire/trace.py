@@ -451,9 +451,11 @@ class BackendTrace:
         wall_ms: Callable[[], int] | None = None,
         mono_ns: Callable[[], int] | None = None,
         common_factory: Callable[[], dict[str, Any]] | None = None,
+        max_events: int = MAX_EVENTS,
     ) -> None:
         """``common`` are the fields every event carries; ``None`` with ``common_factory``
         (internal) builds them when an event first needs them."""
+        self._max_events = max(MAX_EVENTS, max_events)
         self._common: dict[str, Any] | None = None if common is None else dict(common)
         self._common_factory = common_factory
         self._events: list[TraceEvent | _Deferred] = []
@@ -487,6 +489,7 @@ class BackendTrace:
         wall_ms: Callable[[], int] | None = None,
         mono_ns: Callable[[], int] | None = None,
         input_factory: Callable[[], Any] | None = None,
+        max_events: int = MAX_EVENTS,
     ) -> BackendTrace:
         """Open a trace and push its ``start`` event (PROTOCOL 2.2).
 
@@ -498,6 +501,8 @@ class BackendTrace:
         (a monotonic nanosecond clock) replace the real clocks behind ``at`` and ``monoNs``.
         ``input_factory`` (internal, capture pipeline) replaces ``input``: it is called, and its
         result redacted, only when the events are first read (see "Deferred events").
+        ``max_events`` (capture pipeline, heavy operations) lifts the 256-event limit of a
+        capture trace; it never applies to scan-time traces, whose events travel in a header.
 
         Raises :class:`~reproit_otel.errors.TraceError` ``InvalidOperation`` for an empty or
         over-long operation or explicit span id.
@@ -523,6 +528,7 @@ class BackendTrace:
                 wall_ms=wall_ms,
                 mono_ns=mono_ns,
                 common_factory=functools.partial(_common_fields, context, name),
+                max_events=max_events if envelope else MAX_EVENTS,
             )
             factory = input_factory
             trace._defer("start", lambda: {"input": redact(factory())})
@@ -535,7 +541,13 @@ class BackendTrace:
             idempotency_key=idempotency_key,
             selections=selections,
         )
-        trace = cls(common, capture_envelope=envelope, wall_ms=wall_ms, mono_ns=mono_ns)
+        trace = cls(
+            common,
+            capture_envelope=envelope,
+            wall_ms=wall_ms,
+            mono_ns=mono_ns,
+            max_events=max_events if envelope else MAX_EVENTS,
+        )
         if input_factory is None:
             trace._push("start", {"input": redact(None if input is UNSET else input)})
         else:
@@ -765,7 +777,7 @@ class BackendTrace:
 
     def _push(self, kind: str, fields: Mapping[str, Any]) -> TraceEvent:
         with self._lock:
-            if len(self._events) >= MAX_EVENTS:
+            if len(self._events) >= self._max_events:
                 raise TraceError("TooManyEvents")
             event: TraceEvent = dict(self._common_now())
             event["sequence"] = next(_sequence)
@@ -803,7 +815,7 @@ class BackendTrace:
     ) -> _Deferred:
         """Append an entry stamped now (place, sequence, ``at``, ``monoNs``): a deferred event
         built by ``build()`` later, or (with ``fields``) a ``return`` joined when it is read."""
-        if len(self._events) >= MAX_EVENTS:
+        if len(self._events) >= self._max_events:
             raise TraceError("TooManyEvents")
         sequence = next(_sequence)
         at: int | None = None

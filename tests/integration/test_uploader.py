@@ -53,6 +53,10 @@ def expected_stats(**counts: Any) -> dict[str, Any]:
         "failed_batches": 0,
         "capture_dropped_effects": 0,
         "capture_replaced_values": 0,
+        "artifacts_sent": 0,
+        "artifacts_refused": 0,
+        "artifacts_failed": 0,
+        "capture_over_budget": 0,
         "ineligible": {},
         "queued": 0,
     }

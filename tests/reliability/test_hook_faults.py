@@ -138,6 +138,10 @@ def test_without_faults_the_same_run_captures_and_uploads(
         "failed_batches": 0,
         "capture_dropped_effects": 0,
         "capture_replaced_values": 0,
+        "artifacts_sent": 0,
+        "artifacts_refused": 0,
+        "artifacts_failed": 0,
+        "capture_over_budget": 0,
         "ineligible": {"not-a-failure": 4, "no-exchanges": 1},
         "queued": 0,
     }

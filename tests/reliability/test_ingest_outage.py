@@ -97,6 +97,10 @@ def test_an_ingest_that_fails_changes_no_request_and_counts_every_capture(
         "failed_batches": captured,
         "capture_dropped_effects": 0,
         "capture_replaced_values": 0,
+        "artifacts_sent": 0,
+        "artifacts_refused": 0,
+        "artifacts_failed": 0,
+        "capture_over_budget": 0,
         "ineligible": {reason: 3 * n for reason, n in INELIGIBLE_PER_RUN.items()},
         "queued": 0,
     }

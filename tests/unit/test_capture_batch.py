@@ -1091,14 +1091,13 @@ def test_replay_strength_accepts_minimal_events() -> None:
         load_capsule("{")
 
 
-def test_d3_drops_only_remove_effect_carriers(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_d3_drops_only_remove_effect_carriers() -> None:
     """Without the bound the batch is the reference's; with it, only the last effects go."""
     events = _capture_trace(lambda t: [_call(t, "x" * 8000, f"/p{i}") for i in range(9)])
     bounded = build_capture_result(_queued(events), config=SETTINGS, environment=ENVIRONMENT)
-    import reproit_otel.wire.payload as payload_module
-
-    monkeypatch.setattr(payload_module, "MAX_CAPTURE_PAYLOAD_BYTES", 10**9)
-    unbounded = build_capture_result(_queued(events), config=SETTINGS, environment=ENVIRONMENT)
+    unbounded = build_capture_result(
+        _queued(events), config=SETTINGS, environment=ENVIRONMENT, payload_limit=10**9
+    )
     assert unbounded.dropped_effects == 0
     assert bounded.dropped_effects > 0
     assert bounded.batch == _without_last_effects(

@@ -15,6 +15,7 @@ from opentelemetry.trace import NoOpTracerProvider, SpanKind
 from reproit_otel import _guard, bootstrap, recording
 from reproit_otel.config import read_config
 from reproit_otel.inbound import InboundRequest, inbound_scope
+from reproit_otel.operation import HEAVY_MAX_EVENTS
 from reproit_otel.processor import ReproitSpanProcessor
 from reproit_otel.wire.trace import BackendTrace
 
@@ -243,16 +244,45 @@ def test_a_local_child_server_span_does_not_begin_another_operation(rig: Rig) ->
     assert len(rig.sink.traces) == 1
 
 
-def test_too_many_exchanges_are_refused_and_counted(rig: Rig) -> None:
+def test_too_many_exchanges_are_refused_and_counted() -> None:
+    rig = Rig({"REPROIT_CAPTURE_BUDGET": "0"})  # heavy capture off: the trace's 256 events
     with rig.server():
         for number in range(300):
             record(f"GET /{number}")
+    rig.provider.shutdown()
     stats = rig.processor.stats()
     assert (stats["exchanges_recorded"], stats["exchanges_lost"]) == (255, 45)
     assert stats["incomplete_reasons"] == {
         "exchange not recorded: TooManyEvents": 1,
         "operation not finished: TooManyEvents": 1,
     }
+
+
+def test_heavy_capture_records_past_the_trace_limit_up_to_its_own(rig: Rig) -> None:
+    """With a capture budget (the default) a capture holds up to HEAVY_MAX_EVENTS events."""
+    with rig.server():
+        for number in range(HEAVY_MAX_EVENTS):
+            record(f"GET /{number}")
+    stats = rig.processor.stats()
+    # start, the effects that fit, and no room left for the return
+    assert (stats["exchanges_recorded"], stats["exchanges_lost"]) == (
+        HEAVY_MAX_EVENTS - 1,
+        1,
+    )
+    assert stats["incomplete_reasons"] == {
+        "exchange not recorded: TooManyEvents": 1,
+        "operation not finished: TooManyEvents": 1,
+    }
+
+
+def test_heavy_capture_keeps_a_whole_operation_of_a_few_hundred_calls(rig: Rig) -> None:
+    with rig.server():
+        for number in range(300):
+            record(f"GET /{number}")
+    stats = rig.processor.stats()
+    assert (stats["exchanges_recorded"], stats.get("exchanges_lost", 0)) == (300, 0)
+    [trace] = rig.sink.traces
+    assert [e["kind"] for e in trace.events] == ["start", *["effect"] * 300, "return"]
 
 
 def test_scan_context_needs_scan_mode_and_the_token() -> None:
