@@ -31,15 +31,19 @@ Decision D3: nothing is lost silently
     The Node reference aborts a batch holding a captured value over 64 KiB and never applies
     its 48 KiB payload bound. Here, :func:`build_capture_result`:
 
-    * first bounds the capsule-equivalent payload (``capture_payload`` of
+    * first replaces every captured value over 65536 bytes of JSON by its identity, keeping
+      what fits of it (``bound_captured_values`` of :mod:`reproit_otel.wire.value_bound`);
+    * then bounds the capsule-equivalent payload (``capture_payload`` of
       :mod:`reproit_otel.wire.payload` with the batch's envelope): while its canonical JSON
       exceeds 49152 bytes the last effect event is dropped. Each dropped effect is counted;
       the capability it belongs to (``network`` for calls, ``database`` for reads, writes and
       deletes, ``http`` otherwise) is then sent with ``completeness: "partial"`` and a
       ``detail`` naming the count;
-    * then replaces any captured value whose JSON exceeds 65536 bytes (alone or with the event
-      around it) by its identity ``{"bodyBytes", "bodySha256", "truncated": true}`` carried as a
-      ``structural`` value (it can no longer be replayed), and marks ``http`` partial.
+    * last, replaces the value of any batch event still over 65536 bytes of JSON by its
+      identity ``{"bodyBytes", "bodySha256", "truncated": true}`` carried as a ``structural``
+      value (it can no longer be replayed).
+
+    Every replaced value is counted and marks ``http`` partial.
 
     The counts come back in a :class:`CaptureBuild` next to the batch, for the uploader's
     stats (``capture_dropped_effects``). :func:`build_capture_batch` returns the batch alone.
@@ -72,6 +76,7 @@ from ._js import UNSET, is_js_integer, is_unset, js_string, utf16_length
 from .canonical import canonical_json_bytes
 from .payload import MAX_CAPTURE_PAYLOAD_BYTES, capture_payload
 from .trace import marked_oracle as marked_agent_oracle
+from .value_bound import MAX_CAPTURED_VALUE_BYTES, bound_captured_values
 
 __all__ = [
     "BATCH_ID_PREFIX",
@@ -105,8 +110,6 @@ EMITTER: Final[Mapping[str, str]] = {
 BATCH_ID_PREFIX: Final = "cb-python-otel-"
 ENVELOPE_CHECKPOINT: Final = "determinism-envelope"
 OPERATION_RETURN_SUBJECT: Final = "operation-return"
-MAX_CAPTURED_VALUE_BYTES: Final = 65536
-"""A captured value (or a whole batch event) whose JSON is larger is replaced by its identity."""
 
 _POLICY: Final[Mapping[str, str]] = {
     "consent": "application-telemetry",
@@ -530,7 +533,9 @@ def build_capture_result(
     """
     name = operation["operation"]
     status = operation.get("status")
-    raw_events: list[Mapping[str, Any]] = list(operation["events"])
+    # Values over 64 KiB give way to their identity first, so the payload bound below drops
+    # effects only for what is left (one huge input must not cost every effect).
+    raw_events, replaced_first = bound_captured_values(list(operation["events"]))
     first: Mapping[str, Any] = raw_events[0] if raw_events else {}
     returned = _last_return(raw_events)
     batch_id = f"{BATCH_ID_PREFIX}{environment.now_ms}-{environment.batch_number}"
@@ -561,6 +566,7 @@ def build_capture_result(
             dropped_by[capability] = dropped_by.get(capability, 0) + 1
 
     chain = _Events()
+    chain.replaced = replaced_first
     chain.add({"kind": "operation-start", "name": name}, first)
     trigger_input = first.get("input", None)
     chain.add(

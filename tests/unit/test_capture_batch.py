@@ -550,8 +550,8 @@ def test_d3_payload_bound_drops_trailing_effects_and_marks_partial() -> None:
     assert capsule["events"][1:-1] == [e for e in events if e["kind"] == "effect"][: len(kept)]
 
 
-def test_d3_oversized_value_is_sent_as_identity() -> None:
-    blob = {"blob": "y" * 70000}
+def test_d3_oversized_value_is_sent_as_identity_and_keeps_the_effects() -> None:
+    blob = {"blob": "y" * 70000, "sku": "widget"}
     reset_sequence()
     trace = BackendTrace.begin(
         {"traceId": "cap-1-1", "captureEnvelope": True, "replaySeed": "00ff00ff00ff00ff"},
@@ -564,22 +564,74 @@ def test_d3_oversized_value_is_sent_as_identity() -> None:
     trace.finish(None, 500, False, True)
     result = build_capture_result(_queued(trace.events), config=SETTINGS, environment=ENVIRONMENT)
     trigger = result.batch["events"][1]["event"]
-    raw = canonical_json(trace.events[0]["input"]).encode()
+    raw = canonical_json("y" * 70000).encode()
+    # Only the member over 64 KiB gives way, before the 48 KiB bound looks: the rest of the
+    # input and every effect are kept, and the capsule replays.
     assert trigger["value"] == {
-        "representation": "structural",
-        "shape": {
+        "representation": "replayable",
+        "value": {
+            "blob": {
+                "bodyBytes": len(raw),
+                "bodySha256": hashlib.sha256(raw).hexdigest(),
+                "truncated": True,
+            },
+            "sku": "widget",
+        },
+        "redaction": "redacted-at-source",
+    }
+    assert (result.dropped_effects, result.replaced_values) == (0, 1)
+    assert result.partial == {"http": "1 captured value(s) over 65536 bytes sent as identity only"}
+    assert {c["capability"]: c["completeness"] for c in result.batch["capabilities"]} == {
+        "http": "partial",
+        "network": "complete",
+    }
+    assert validate_capture_batch(result.batch, portable=False) == []
+    # A partial capability is valid, not portable (docs/compatibility.md).
+    assert [p.rule for p in validate_capture_batch(result.batch)] == ["trigger-capability"]
+    capsule = capsule_from_batch(result.batch)
+    assert capsule is not None
+    assert [e["kind"] for e in capsule["events"]] == ["start", "effect", "return"]
+    assert capsule["events"][0]["input"] == trigger["value"]["value"]
+    assert capsule["events"][1] == trace.events[1]
+    assert validate_capsule(capsule) is capsule
+
+
+def test_d3_an_oversized_response_part_fails_closed_in_replay() -> None:
+    rows = [{"n": index, "text": "r" * 2000} for index in range(40)]
+    exchange = {
+        "protocol": "pg",
+        "request": {"text": "SELECT n, text FROM t"},
+        "response": {"command": "SELECT 40", "rowCount": 40, "rows": rows},
+    }
+    reset_sequence()
+    trace = BackendTrace.begin(
+        {"traceId": "cap-1-1", "captureEnvelope": True, "replaySeed": "00ff00ff00ff00ff"},
+        "op",
+        input={"q": 1},
+        wall_ms=lambda: NOW,
+        mono_ns=lambda: 0,
+    )
+    trace.effect("read", resource="pg", key="SELECT n, text FROM t", exchange=exchange)
+    _call(trace)
+    trace.finish(None, 500, False, True)
+    result = build_capture_result(_queued(trace.events), config=SETTINGS, environment=ENVIRONMENT)
+    assert (result.dropped_effects, result.replaced_values) == (0, 1)
+    capsule = capsule_from_batch(result.batch)
+    assert capsule is not None
+    read = capsule["events"][1]["exchange"]
+    raw = canonical_json(rows).encode()
+    assert read["response"] == {
+        "command": "SELECT 40",
+        "rowCount": 40,
+        "rows": {
             "bodyBytes": len(raw),
             "bodySha256": hashlib.sha256(raw).hexdigest(),
             "truncated": True,
         },
+        "truncated": True,
     }
-    # The start input alone breaks the 48 KiB bound, so every effect went too (D3).
-    assert (result.dropped_effects, result.replaced_values) == (1, 1)
-    assert {c["capability"]: c["completeness"] for c in result.batch["capabilities"]} == {
-        "http": "partial",
-        "network": "partial",
-    }
-    assert validate_capture_batch(result.batch, portable=False) == []
+    assert read["request"] == exchange["request"]
+    assert capsule["events"][2] == trace.events[2]  # the call after it is kept
 
 
 def test_capture_payload_size_arithmetic_matches_serialization() -> None:
