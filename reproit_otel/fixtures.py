@@ -9,7 +9,11 @@ Settings (read from the environment at each boundary call, so a test can switch 
     REPROIT_FIXTURES=DIR     where fixtures live (default .reproit/fixtures)
 
 A fixture is the file ``DIR/module.<tool>.<op>.<key>.json``: ``<tool>`` and ``<op>`` with any
-character outside ``A-Z a-z 0-9 _ -`` written as ``_``, and ``<key>`` the 24 hex digits of
+character outside ``A-Z a-z 0-9 _ -`` written as ``_`` (a part longer than
+:data:`MAX_NAME_PART` characters keeps its first 80 and ends in ``-`` and 15 hex digits of
+SHA-256 of the whole part, so every name stays within the 255-byte file-name limit of common
+file systems and two long names sharing their start still differ), and ``<key>`` the 24 hex
+digits of
 :func:`reproit_otel.wire.invoke.fixture_key` over the input with configured secret values
 (``REPROIT_SECRET_VALUES``) scrubbed and secret-named keys redacted, so a rotated secret still
 finds its fixture. Its content::
@@ -30,6 +34,7 @@ lists it with the command to re-record.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -52,6 +57,7 @@ __all__ = [
     "DEFAULT_FIXTURES_DIR",
     "FIXTURE_FORMAT",
     "FIXTURE_VERSION",
+    "MAX_NAME_PART",
     "REPROIT_FIXTURES",
     "REPROIT_TOOLS",
     "FixtureFile",
@@ -69,6 +75,10 @@ FIXTURE_FORMAT: Final = "reproit-invoke-fixture"
 FIXTURE_VERSION: Final = 1
 """The fixture format this version writes; older versions must be re-recorded."""
 _PREFIX: Final = "module."
+MAX_NAME_PART: Final = 96
+"""A tool or op part of a fixture name longer than this keeps its head and a hash of the rest;
+two parts, the prefix, the key and the suffix then fit in 255 bytes."""
+_KEPT_HEAD: Final = 80
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _NAME = re.compile(
     r"^module\.(?P<tool>[A-Za-z0-9_-]*)\.(?P<op>[A-Za-z0-9_-]*)\.(?P<key>[^.]+)\.json$"
@@ -91,7 +101,11 @@ def tools_settings(environ: Mapping[str, str] | None = None) -> FixtureSettings:
 
 
 def _safe(part: str) -> str:
-    return _UNSAFE.sub("_", part)
+    safe = _UNSAFE.sub("_", part)
+    if len(safe) <= MAX_NAME_PART:
+        return safe
+    digest = hashlib.sha256(part.encode("utf-8", "surrogatepass")).hexdigest()[:15]
+    return f"{safe[:_KEPT_HEAD]}-{digest}"
 
 
 def fixture_name(tool: str, op: str, key: str) -> str:

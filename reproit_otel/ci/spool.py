@@ -12,9 +12,15 @@ the start event's ``at``, ``tz`` the IANA zone name (absent when it cannot be kn
 
 :meth:`Spool.write` stores it as canonical JSON (UTF-8, no byte order mark, no trailing
 newline) in ``<directory>/capsule-<first 12 hex of SHA-256 of the bytes>.json``, unless the
-spool would then hold more than its cap: the sizes of every ``*.json`` entry of the directory
-(not recursive) plus the new capsule must stay within the cap. A capsule that does not fit is
-dropped and ``<directory>/dropped.count`` (a decimal number and a newline) is incremented.
+spool would then hold more than its cap: the sizes of every regular ``*.json`` file of the
+directory (not recursive; symbolic links, folders and other entries do not count) plus the new
+capsule must stay within the cap. A capsule that does not fit is dropped and
+``<directory>/dropped.count`` (a decimal number and a newline) is incremented.
+
+The spool never follows a symbolic link inside the directory: a file is written under a fresh
+name and renamed into place, which replaces a link planted at its name instead of writing
+through it, and a ``dropped.count`` that is a link counts as absent. (A link planted in a
+shared checkout must not turn a test run into a write to any file the CI user can reach.)
 
 The cap comes from ``REPROIT_CI_SPOOL_MAX`` (or ``--reproit-spool-max``): a whole number of
 bytes clamped to 4096..67108864; absent or not a whole number means 16777216 (16 MiB).
@@ -22,6 +28,7 @@ bytes clamped to 4096..67108864; absent or not a whole number means 16777216 (16
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -118,10 +125,13 @@ def ci_capsule(
 
 def _used_bytes(directory: str) -> int:
     used = 0
-    for name in os.listdir(directory):
-        if name.endswith(".json"):
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if not entry.name.endswith(".json"):
+                continue
             try:
-                used += os.stat(os.path.join(directory, name)).st_size
+                if entry.is_file(follow_symlinks=False):
+                    used += entry.stat(follow_symlinks=False).st_size
             except OSError:
                 continue
     return used
@@ -129,11 +139,32 @@ def _used_bytes(directory: str) -> int:
 
 def _read_count(path: str) -> int:
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read().strip()
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:  # absent, or a symbolic link
+        return 0
+    try:
+        with os.fdopen(descriptor, encoding="utf-8") as handle:
+            text = handle.read(64).strip()
     except (OSError, UnicodeDecodeError):
         return 0
     return int(text) if text.isascii() and text.isdigit() else 0
+
+
+def _write_in_place(directory: str, name: str, data: bytes) -> str:
+    """Write ``data`` to ``directory/name`` without following a link planted at that name."""
+    path = os.path.normpath(os.path.join(directory, name))
+    temporary = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    descriptor = os.open(temporary, flags, 0o644)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+        os.replace(temporary, path)  # renames over a link, never through it
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    return path
 
 
 class Spool:
@@ -158,9 +189,7 @@ class Spool:
                 self._count_drop()
                 return None
             name = f"capsule-{hashlib.sha256(body).hexdigest()[:12]}.json"
-            path = os.path.normpath(os.path.join(self.directory, name))
-            with open(path, "wb") as handle:
-                handle.write(body)
+            path = _write_in_place(self.directory, name, body)
         except OSError as error:
             self.stats.failed_captures += 1
             _log.error("reproit-otel could not write a CI capsule to %s: %s", self.directory, error)
@@ -172,8 +201,7 @@ class Spool:
         self.stats.dropped_capsules += 1
         path = os.path.join(self.directory, DROPPED_COUNT_FILE)
         count = _read_count(path) + 1
-        with open(path, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(f"{count}\n")
+        _write_in_place(self.directory, DROPPED_COUNT_FILE, f"{count}\n".encode())
         _log.warning(
             "reproit-otel CI spool %s is full (cap %d bytes): capsule dropped (%d so far)",
             self.directory,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from reproit_otel.fixtures import (
     tools_settings,
     write_fixture,
 )
+from reproit_otel.instrumentation.invoke import boundary
 
 EXCHANGE = {
     "protocol": "invoke",
@@ -118,3 +120,37 @@ def test_scan_lists_fixture_files_in_name_order(tmp_path: Path) -> None:
         "module.t.o.a.json",
         "module.t.o.b.json",
     ]
+
+
+def test_long_tool_and_op_names_keep_their_head_and_hash_the_tail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tool = "t" * 300
+    op = "operation-" + "o" * 290
+    other_op = "operation-" + "o" * 289 + "x"  # the same first 80 characters
+    key = "0123456789abcdef01234567"
+    name = fixture_name(tool, op, key)
+    tool_tail = hashlib.sha256(tool.encode()).hexdigest()[:15]
+    op_tail = hashlib.sha256(op.encode()).hexdigest()[:15]
+    assert name == f"module.{'t' * 80}-{tool_tail}.{op[:80]}-{op_tail}.{key}.json"
+    assert len(name.encode()) <= 255
+    assert fixture_name(tool, other_op, key) != name
+    assert fixture_name("t" * 96, "o", key) == f"module.{'t' * 96}.o.{key}.json"
+
+    # A real boundary with such names records a fixture the file system accepts, and replays it.
+    ran: list[int] = []
+
+    @boundary(tool, op)
+    def call(value: int) -> dict[str, int]:
+        ran.append(value)
+        return {"doubled": value * 2}
+
+    monkeypatch.setenv("REPROIT_FIXTURES", str(tmp_path))
+    monkeypatch.setenv("REPROIT_TOOLS", "record")
+    assert call(21) == {"doubled": 42}
+    [written] = list(tmp_path.iterdir())
+    assert len(written.name.encode()) <= 255
+    assert read_fixture(written).problem is None
+    monkeypatch.setenv("REPROIT_TOOLS", "replay")
+    assert call(21) == {"doubled": 42}
+    assert ran == [21]  # the replayed call was served from the fixture, not run
