@@ -62,6 +62,7 @@ from opentelemetry.sdk.trace.sampling import (
 )
 
 from reproit_otel._guard import guarded
+from reproit_otel._local_log import install_local_fallback, uninstall_local_fallback
 from reproit_otel._stderr import ensure_visible
 from reproit_otel.config import ReproitConfig, load_config
 from reproit_otel.processor import DebugDumpSink, OperationSink, ReproitSpanProcessor
@@ -130,6 +131,14 @@ def _install_library_hooks() -> None:
         asgi.install_starlette()
     with guarded("bootstrap.django"):
         django.install_django()
+    _install_error_hooks()
+
+
+def _install_error_hooks() -> None:
+    from reproit_otel.instrumentation import errors  # after the guard
+
+    with guarded("bootstrap.error_hooks"):
+        errors.install_error_hooks()
 
 
 def _install_replay(config: ReproitConfig) -> None:
@@ -139,6 +148,7 @@ def _install_replay(config: ReproitConfig) -> None:
     try:
         replay = importlib.import_module("reproit_otel.replay")
         replay.install_replay(config.replay)
+        _install_error_hooks()
     except Exception:
         _log.exception(
             "reproit-otel could not start replay from REPROIT_REPLAY=%s; "
@@ -166,6 +176,9 @@ def install(
     register_secret_values(config.secret_values)
     with _lock:
         if config.replay:
+            # The replayed application's own traceback must show under `check`, even when
+            # only OpenTelemetry's log handler sits on the root logger.
+            install_local_fallback(logging.getLogger())
             _install_replay(config)
             return None
         provider = (
@@ -215,6 +228,8 @@ def uninstall() -> None:
             asgi.uninstall_starlette()
             django.uninstall_django()
             _patched = False
+        importlib.import_module("reproit_otel.instrumentation.errors").uninstall_error_hooks()
+        uninstall_local_fallback(logging.getLogger())
         if _replaying:
             importlib.import_module("reproit_otel.replay").uninstall_replay()
             _replaying = False

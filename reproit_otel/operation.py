@@ -53,7 +53,8 @@ from reproit_otel.errors import TraceError
 from reproit_otel.recording import DeferredExchange, Unrecordable
 from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.exact_body import scrub_exact_bytes
-from reproit_otel.wire.redaction import scrub_secret_values, scrub_value
+from reproit_otel.wire.exception import output_with_error
+from reproit_otel.wire.redaction import redact, scrub_secret_values, scrub_value
 from reproit_otel.wire.trace import BackendTrace, marked_oracle
 
 if TYPE_CHECKING:
@@ -203,6 +204,8 @@ class Operation:
         self.handed_off = False
         self.evicted = False
         self.status: int | None = None
+        self.error: dict[str, Any] | None = None
+        """The exception the request raised (``wire.exception``), once one was noted."""
         # Reasons met while building deferred exchanges; taken over at the finish.
         self._build_failures: list[str] = []
         self._effects_never = effects_never
@@ -506,6 +509,35 @@ class Operation:
                 return False
             return not self.reasons and not self._open_dependency_reasons_locked()
 
+    # -- the failure ------------------------------------------------------------------------
+
+    def note_error(self, build: Callable[[tuple[str, ...]], dict[str, Any] | None]) -> None:
+        """Keep the exception ``build(secret values)`` gives, unless one was noted already.
+
+        The first noted exception wins (a framework's error hook sees it before the server
+        span records it). ``build`` runs without the lock. Before :meth:`finish` the
+        exception is attached by it; after, a failing capture's ``return`` output is amended,
+        until the operation is handed off.
+        """
+        if self.error is not None or self.handed_off or self.evicted:
+            return
+        error = build(self._secrets())
+        if error is None:
+            return
+        with self._lock:
+            if self.error is not None or self.handed_off or self.evicted:
+                return
+            self.error = error
+            if not self.finished or self.scan:
+                return
+            status = self.status
+            if status is None or status < 500:
+                return
+            returned = self.trace.return_event
+            if returned is not None:
+                # A failure's output was built at the finish (it is wanted), so it is final.
+                returned["output"] = redact(output_with_error(returned.get("output"), error))
+
     # -- lifecycle --------------------------------------------------------------------------
 
     def finish(
@@ -545,6 +577,8 @@ class Operation:
                 secrets = self._secrets()
                 if secrets:
                     output = scrub_value(output, secrets)
+            if self.error is not None and not self.scan and status is not None and status >= 500:
+                output = output_with_error(output, self.error)
             try:
                 self.trace.finish(
                     output,

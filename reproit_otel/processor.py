@@ -57,6 +57,7 @@ from reproit_otel import recording
 from reproit_otel._guard import absorb, guarded
 from reproit_otel.config import EffectsCompleteMode, ReproitConfig, load_config
 from reproit_otel.errors import TraceError
+from reproit_otel.failures import frame_roots, record_exception
 from reproit_otel.inbound import InboundRequest, current_inbound, single_or_list
 from reproit_otel.operation import (
     HEAVY_MAX_EVENTS,
@@ -68,6 +69,7 @@ from reproit_otel.operation import (
     is_dependency_span,
 )
 from reproit_otel.wire.canonical import canonical_json_bytes
+from reproit_otel.wire.exception import exception_from_stacktrace
 from reproit_otel.wire.inputs import http_input
 from reproit_otel.wire.redaction import scrub_secret_values, scrub_value
 from reproit_otel.wire.trace import (
@@ -332,6 +334,12 @@ class ReproitSpanProcessor(SpanProcessor):
 
     # -- internals --------------------------------------------------------------------------
 
+    def note_exception(self, error: BaseException) -> None:
+        """The current request raised ``error``: keep it on its operation (``failures.py``)."""
+        operation, _ = self._current_operation()
+        if operation is not None and not operation.scan:
+            operation.note_error(partial(record_exception, error))
+
     def _take_tally(self, operation: Operation) -> None:
         """Add what ``operation`` counted since the last call to the statistics."""
         tally = operation.take_tally()
@@ -542,6 +550,9 @@ class ReproitSpanProcessor(SpanProcessor):
         if span_id != operation.root_span_id:
             operation.end_span(span_id, span)
             return
+        if operation.error is None and not operation.scan and span.events:
+            # No hook saw the exception: the span's exception event is the next best source.
+            operation.note_error(partial(_error_of_span, span))
         if operation.inbound is None and not operation.finished:
             # No middleware ran: the span's attributes are all we know about the response.
             operation.finish(_status_of(span))
@@ -600,6 +611,27 @@ def _target_of(url: str | None) -> str:
     parts = urlsplit(url)
     path = unquote(parts.path)
     return f"{path}?{parts.query}" if parts.query else path
+
+
+def _error_of_span(span: ReadableSpan, secrets: tuple[str, ...]) -> dict[str, Any] | None:
+    """The exception of the span's last ``exception`` event, else None."""
+    for event in reversed(span.events):
+        if event.name != "exception":
+            continue
+        attributes = event.attributes or {}
+        type_name = attributes.get("exception.type")
+        if not isinstance(type_name, str) or not type_name:
+            continue
+        message = attributes.get("exception.message")
+        stacktrace = attributes.get("exception.stacktrace")
+        return exception_from_stacktrace(
+            type_name,
+            message if isinstance(message, str) else "",
+            stacktrace if isinstance(stacktrace, str) else "",
+            frame_roots(),
+            secrets,
+        )
+    return None
 
 
 def _same(value: Any) -> Any:

@@ -44,6 +44,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from reproit_otel.errors import CapsuleError
+from reproit_otel.exception_verdict import (
+    judge_exception,
+    recorded_exception,
+    replayed_exception,
+)
 from reproit_otel.wire.redaction import PLACEHOLDER_KEY, TEXT_PLACEHOLDER
 
 __all__ = [
@@ -69,6 +74,9 @@ BOOT_TIMEOUT_S = 20.0
 BOOT_POLL_S = 0.2
 REQUEST_TIMEOUT_S = 15.0
 STDERR_GRACE_S = 0.2
+STDERR_TAIL_LINES = 80
+"""Lines of the application's standard error a check keeps (the last ones)."""
+STDERR_LINE_CHARS = 1000
 
 
 class Verdict(str, enum.Enum):
@@ -103,6 +111,14 @@ class CheckResult:
     timed_out: bool = False
     envelope: dict[str, Any] | None = None
     reason: str = ""
+    recorded_exception: dict[str, Any] | None = None
+    """The exception the capsule recorded (``wire/exception.py``), if any."""
+    replayed_exception: dict[str, Any] | None = None
+    """The exception the replayed request raised (its ``REPROIT:EXCEPTION`` line), if any."""
+    different_failure: bool = False
+    """The replay failed, but with another exception than the recorded one."""
+    application_stderr: list[str] = field(default_factory=list)
+    """The last lines the application wrote to standard error (markers left out, bounded)."""
 
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` document."""
@@ -117,6 +133,10 @@ class CheckResult:
             "divergences": self.divergences,
             "timedOut": self.timed_out,
             "envelope": self.envelope,
+            "recordedException": self.recorded_exception,
+            "replayedException": self.replayed_exception,
+            "differentFailure": self.different_failure,
+            "applicationStderr": self.application_stderr,
         }
 
 
@@ -185,6 +205,16 @@ def classify_test_run(
             return Verdict.REPRODUCED, "the test fails again with the recorded failure", observed
         return Verdict.INCONCLUSIVE, "the test fails, but not with the recorded failure", observed
     return Verdict.INCONCLUSIVE, f"unknown test status {marker['status']!r}", observed
+
+
+def stderr_tail(lines: list[str]) -> list[str]:
+    """The application's own stderr lines (no ``REPROIT:`` markers), the last
+    :data:`STDERR_TAIL_LINES`, each cut to :data:`STDERR_LINE_CHARS` characters."""
+    own = [line for line in lines if not line.startswith("REPROIT:")]
+    return [
+        line if len(line) <= STDERR_LINE_CHARS else line[:STDERR_LINE_CHARS] + "..."
+        for line in own[-STDERR_TAIL_LINES:]
+    ]
 
 
 def _divergences(lines: list[str]) -> list[dict[str, Any]]:
@@ -281,6 +311,7 @@ def _run_test_check(
         timed_out=timed_out,
         envelope=capsule.get("envelope"),
         reason=reason,
+        application_stderr=stderr_tail(pump.lines),
     )
 
 
@@ -495,6 +526,13 @@ def _run_hermetic_check(
     markers = replay_markers(pump.lines)
     observed["replay"] = markers[0] if markers else None
     verdict, reason = classify_production_run(status, divergences, bool(markers), reason)
+    recorded = recorded_exception(capsule["events"])
+    replayed = replayed_exception(pump.lines, operation)
+    judged = judge_exception(verdict.value, recorded, replayed)
+    if judged is not None:
+        same, reason = judged
+        if not same:
+            verdict = Verdict.INCONCLUSIVE
     returned = _last_return(capsule["events"])
     return CheckResult(
         verdict=verdict,
@@ -507,6 +545,10 @@ def _run_hermetic_check(
         divergences=divergences,
         envelope=capsule.get("envelope"),
         reason=reason,
+        recorded_exception=recorded,
+        replayed_exception=replayed,
+        different_failure=judged is not None and not judged[0],
+        application_stderr=stderr_tail(pump.lines),
     )
 
 

@@ -7,6 +7,9 @@ pulled from the ingest (``--ingest URL``, default ``$REPROIT_INGEST_URL``, else
 ``.reproit/capsules/<id>.json`` under the current folder, which is printed on standard error
 and kept, so the same capsule can be checked again (or shared) without the ingest.
 
+The application's standard error is shown after the verdict (its last lines), or as it runs
+with ``--verbose``; ``REPROIT:`` marker lines are never echoed.
+
 Exit codes: 0 fixed, 1 reproduced, 3 diverged or inconclusive, 2 for an unusable capsule
 (not JSON, wrong format or version, no events, no exchange with ``--exec``) or an occurrence
 that cannot be pulled (unknown, without a capsule, key refused, no ingest answering).
@@ -22,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from reproit_otel.cli.check_text import divergence_lines, exception_lines, verdict_lines
 from reproit_otel.cli.terminal import json_text, say, shown
 from reproit_otel.errors import CapsuleError
 from reproit_otel.verdict import BOOT_TIMEOUT_S, CI_RUN_TIMEOUT_S, CheckResult, check_capsule
@@ -58,6 +62,12 @@ def register(subparsers: Any) -> None:
         help="shell command to run under replay (without it: offline re-evaluation)",
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show the application's standard error as it runs (default: its last lines "
+        "after the verdict)",
+    )
     parser.add_argument(
         "--timeout",
         type=float,
@@ -125,7 +135,7 @@ def resolve_target(argument: str, *, ingest: str | None = None, api_key: str | N
 _BODY_SHOWN = 300
 
 
-def _summary(result: CheckResult) -> str:
+def _summary(result: CheckResult, *, verbose: bool = False) -> str:
     """The verdict for a person; every captured text in it goes through :func:`shown`."""
     observed = dict(result.observed)
     body = observed.pop("body", None)
@@ -140,12 +150,24 @@ def _summary(result: CheckResult) -> str:
         text = " ".join(body.split())
         cut = "..." if len(text) > _BODY_SHOWN else ""
         lines.append(f"body:        {shown(text[:_BODY_SHOWN])}{cut}")
-    for index, divergence in enumerate(result.divergences, 1):
-        got = divergence.get("got") or {}
-        parts = ("method", "url", "text", "tool", "op", "address", "port")
-        described = " ".join(str(got.get(part)) for part in parts if got.get(part) is not None)
-        lines.append(f"divergence {index}: {shown(divergence.get('protocol'))} {shown(described)}")
-    lines.append(f"verdict:     {result.verdict.value.upper()} ({shown(result.reason)})")
+    lines.extend(divergence_lines(result.divergences))
+    lines.extend(
+        verdict_lines(
+            result.verdict.value,
+            result.reason,
+            result.recorded_exception,
+            result.replayed_exception,
+            result.different_failure,
+        )
+    )
+    if result.replayed_exception is not None:
+        lines.extend(exception_lines(result.replayed_exception, "replayed exception"))
+    if result.application_stderr and not verbose:
+        lines.append(
+            f"application stderr (last {len(result.application_stderr)} lines; "
+            "--verbose shows it as it runs):"
+        )
+        lines.extend(f"  {shown(line)}" for line in result.application_stderr)
     return "\n".join(lines)
 
 
@@ -156,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
         result = check_capsule(
             target,
             args.command,
-            echo=None if args.json else sys.stderr,
+            echo=sys.stderr if args.verbose and not args.json else None,
             timeout=args.timeout,
             boot_timeout=args.boot_timeout,
         )
@@ -166,5 +188,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         say(json_text(result.to_json()))
     else:
-        say(_summary(result))
+        say(_summary(result, verbose=args.verbose))
     return result.verdict.exit_code

@@ -36,6 +36,7 @@ from typing import Any
 
 from reproit_otel import recording
 from reproit_otel._guard import guard_call, guarded
+from reproit_otel.failures import note_exception
 from reproit_otel.inbound import (
     MAX_INBOUND_BODY,
     InboundRequest,
@@ -209,7 +210,8 @@ async def asgi_call(app: ASGIApp, scope: Scope, receive: Receive, send: Send) ->
     with inbound_scope(inbound):
         try:
             await app(scope, app_receive, response)
-        except BaseException:
+        except BaseException as error:
+            note_exception(error, inbound.operation_name)
             if not response.released and inbound.operation is not None:
                 if response.start is not None:
                     # Without us the start would already be on the wire: send what is held

@@ -25,7 +25,8 @@ Every other byte is unchanged: the same status line, headers, body chunks in the
 streamed bodies stream (only the first 64 KiB are held back). Requests without an operation
 (reproit-otel off, capture off and no trusted scan header) are passed through untouched. An
 exception from the application finishes the operation with status 500 and is re-raised
-unchanged. A defect of ours leaves the request untraced (``_guard.py``).
+unchanged (and kept on the capture, ``failures.py``). A defect of ours leaves the request
+untraced (``_guard.py``).
 
 Limits: bodies sent with chunked transfer encoding (no ``CONTENT_LENGTH``) are not read; an
 application that uses the legacy ``write()`` callable gets its response start released at
@@ -42,6 +43,7 @@ from typing import Any
 
 from reproit_otel import recording
 from reproit_otel._guard import absorb, guarded
+from reproit_otel.failures import note_exception
 from reproit_otel.inbound import (
     MAX_INBOUND_BODY,
     InboundRequest,
@@ -270,7 +272,8 @@ class _HeldBody:
                     exchange.release(None, complete=False)
                     yield from held
                     held = []
-        except BaseException:
+        except BaseException as error:
+            note_exception(error, exchange.inbound.operation_name)
             exchange.failed()
             raise
         if not exchange.released:
@@ -302,7 +305,8 @@ def wsgi_call(
     token = publish_inbound(inbound)
     try:
         body = app(environ, exchange.hold)
-    except BaseException:
+    except BaseException as error:
+        note_exception(error, inbound.operation_name)
         exchange.failed()
         raise
     finally:

@@ -1,0 +1,140 @@
+"""How ``reproit-otel check`` prints a result for people (``--json`` is for programs).
+
+* the first divergence as what the application sent next to what the recording expected at
+  that point, side by side, line by line of their indented JSON (differing lines marked ``|``
+  in the middle, equal ones ``:``);
+* the recorded and the replayed exception, one line each, and the headline
+  ``REPRODUCED  ZeroDivisionError: division by zero  (app.py:88 in apply_coupon), as recorded``;
+* the replayed exception's frames, and the application's own standard error (its traceback
+  and log lines), bounded, after the verdict.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from reproit_otel.cli.terminal import shown
+from reproit_otel.wire.exception import describe_exception, short_type
+
+__all__ = ["COLUMN_WIDTH", "divergence_lines", "exception_lines", "side_by_side", "verdict_lines"]
+
+COLUMN_WIDTH = 58
+"""Characters per column of the side-by-side view (longer lines wrap)."""
+_MAX_ROWS = 60
+
+
+def _wrap(lines: list[str], width: int) -> list[str]:
+    wrapped: list[str] = []
+    for line in lines:
+        rest = line
+        while len(rest) > width:
+            wrapped.append(rest[:width])
+            rest = "  " + rest[width:]
+        wrapped.append(rest)
+    return wrapped
+
+
+def _json_lines(value: Any) -> list[str]:
+    if value is None:
+        return ["(nothing of this kind left in the recording)"]
+    return [shown(line) for line in json.dumps(value, ensure_ascii=False, indent=2).splitlines()]
+
+
+def side_by_side(
+    left_title: str, left: Any, right_title: str, right: Any, width: int = COLUMN_WIDTH
+) -> list[str]:
+    """Two JSON values in two columns; rows that differ are marked with ``|``."""
+    left_lines = _wrap(_json_lines(left), width)
+    right_lines = _wrap(_json_lines(right), width)
+    rows = [f"  {left_title:<{width}}   {right_title}", f"  {'-' * width}   {'-' * width}"]
+    count = max(len(left_lines), len(right_lines))
+    for index in range(min(count, _MAX_ROWS)):
+        a = left_lines[index] if index < len(left_lines) else ""
+        b = right_lines[index] if index < len(right_lines) else ""
+        mark = ":" if a == b else "|"
+        rows.append(f"  {a:<{width}} {mark} {b}".rstrip())
+    if count > _MAX_ROWS:
+        rows.append(f"  ... {count - _MAX_ROWS} more lines (see --json)")
+    return rows
+
+
+def divergence_lines(divergences: list[dict[str, Any]]) -> list[str]:
+    """One line per divergence, then the first one sent-versus-expected side by side."""
+    lines = []
+    for index, divergence in enumerate(divergences, 1):
+        got = divergence.get("got") or {}
+        parts = ("method", "url", "text", "tool", "op", "address", "port")
+        described = " ".join(str(got.get(part)) for part in parts if got.get(part) is not None)
+        lines.append(f"divergence {index}: {shown(divergence.get('protocol'))} {shown(described)}")
+    if divergences:
+        first = divergences[0]
+        lines.append(
+            f"first divergence ({first.get('consumed')} of {first.get('total')} recorded "
+            "exchanges served before it):"
+        )
+        lines.extend(
+            side_by_side(
+                "the application sent",
+                first.get("got"),
+                "the recording expected",
+                first.get("expected"),
+            )
+        )
+    return lines
+
+
+def exception_lines(error: Mapping[str, Any], title: str) -> list[str]:
+    """The exception's frames, innermost last as Python prints them, then its chain."""
+    lines = [f"{title} (most recent call last):"]
+    current: Mapping[str, Any] | None = error
+    depth = 0
+    while isinstance(current, Mapping) and depth < 4:
+        omitted = current.get("framesOmitted")
+        if omitted:
+            lines.append(f"  ... {omitted} outer frames not recorded")
+        for frame in current.get("frames") or ():
+            if not isinstance(frame, Mapping):
+                continue
+            tag = "  [library]" if frame.get("library") else ""
+            where = f"{frame.get('file')}:{frame.get('line')} in {frame.get('function')}"
+            lines.append(f"  {shown(where)}{tag}")
+        head = shown(short_type(str(current.get("type"))))
+        message = current.get("message")
+        lines.append(f"{head}: {shown(message)}" if message else head)
+        cause = current.get("cause")
+        if isinstance(cause, Mapping):
+            lines.append(
+                "caused by (raise ... from):"
+                if cause.get("chained") == "cause"
+                else "raised while handling:"
+            )
+        current = cause if isinstance(cause, Mapping) else None
+        depth += 1
+    return lines
+
+
+def verdict_lines(
+    verdict: str,
+    reason: str,
+    recorded: Mapping[str, Any] | None,
+    replayed: Mapping[str, Any] | None,
+    different: bool,
+) -> list[str]:
+    """The verdict, with the exceptions when there are any."""
+    lines = []
+    if recorded is not None:
+        lines.append(f"recorded exception: {shown(describe_exception(recorded))}")
+    if replayed is not None:
+        lines.append(f"replayed exception: {shown(describe_exception(replayed))}")
+    lines.append(f"verdict:     {verdict.upper()} ({shown(reason)})")
+    if different:
+        lines.append("DIFFERENT FAILURE")
+        if recorded is not None:
+            lines.append(f"  recorded: {shown(describe_exception(recorded))}")
+        if replayed is not None:
+            lines.append(f"  replayed: {shown(describe_exception(replayed))}")
+    elif verdict == "reproduced" and replayed is not None and recorded is not None:
+        lines.append(f"REPRODUCED  {shown(describe_exception(replayed))}, as recorded")
+    return lines
