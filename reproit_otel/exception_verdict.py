@@ -64,7 +64,10 @@ def judge_exception(
     if status_verdict != "reproduced" or recorded is None or replayed is None:
         return None
     if same_failure(recorded, replayed):
-        return True, f"{describe_exception(replayed)}, as recorded"
+        return True, (
+            "the replayed request raised the recorded exception again (same type, same "
+            "innermost application frame)"
+        )
     return False, (
         f"a different failure: the replay raised {describe_exception(replayed)}; "
         f"the recording raised {describe_exception(recorded)}"

@@ -331,16 +331,27 @@ def innermost_application_frame(error: Mapping[str, Any]) -> dict[str, Any] | No
 
 def same_failure(recorded: Mapping[str, Any], replayed: Mapping[str, Any]) -> bool:
     """Whether two exceptions are the same failure: the same type, raised from the same
-    innermost application frame (file and function; the line may move with an edit)."""
+    innermost application frame (file and function; the line may move with an edit, and a
+    file named from another folder matches when one path ends with the other)."""
     if recorded.get("type") != replayed.get("type"):
         return False
     first = innermost_application_frame(recorded)
     second = innermost_application_frame(replayed)
     if first is None or second is None:
         return first is None and second is None
-    return bool(
-        first.get("file") == second.get("file") and first.get("function") == second.get("function")
-    )
+    return _same_file(first.get("file"), second.get("file")) and first.get(
+        "function"
+    ) == second.get("function")
+
+
+def _same_file(first: Any, second: Any) -> bool:
+    """Equal, or one path ends with the other (an application run from another folder)."""
+    if not isinstance(first, str) or not isinstance(second, str):
+        return bool(first == second)
+    if first == second:
+        return True
+    shorter, longer = sorted((first, second), key=len)
+    return longer.endswith("/" + shorter.lstrip("/"))
 
 
 def describe_exception(error: Mapping[str, Any]) -> str:

@@ -1,0 +1,288 @@
+"""Why it failed, end to end: the exception captured, compared on replay, shown.
+
+The coupon app (``apps/coupon_logic.py``, no reproit-otel code) runs on Flask, FastAPI and
+Django under the real ``opentelemetry-instrument`` launcher (with
+``opentelemetry-instrumentation-logging`` installed, so an OpenTelemetry handler sits on the
+root logger) and sends its failure to a real ``reproit-otel serve``. Its ``GET /coupon`` asks
+a real loopback upstream for a rate, then a helper function fails: a ``ZeroDivisionError``
+re-raised as a ``ValueError`` whose message holds a configured secret and a secret query
+value. The upstream is then stopped and the real CLI replays the occurrence:
+
+* the capsule's ``return`` carries the exception (type, scrubbed message, application frames,
+  the chained cause), and the stored batch is one the reference validator accepts;
+* ``check`` prints ``REPRODUCED  ValueError: ...  (coupon_logic.py:N in apply_coupon), as
+  recorded`` and the replayed application's own standard error (Flask's traceback);
+* a variant failing with another exception is a different failure (exit 3, both shown);
+* the fixed variant is *fixed*;
+* ``reproit-otel show`` prints the exception.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from reproit_otel.wire.exception import error_of_output
+from tests.integration.served_ingest import ServedIngest, cli_command
+from tests.integration.upstream import Upstream
+
+APPS = Path(__file__).resolve().parent / "apps"
+LAUNCHER = Path(sys.executable).with_name("opentelemetry-instrument")
+KEY = "coupon-key"
+SECRET = "sk_live_planted_4242"
+CHECK_TIMEOUT_S = 180
+FRAMEWORKS = ("flask", "fastapi", "django")
+
+pytestmark = pytest.mark.skipif(
+    not any(e.name == "reproit" for e in entry_points(group="opentelemetry_traces_exporter")),
+    reason="the reproit entry points are not installed (pip install -e .)",
+)
+
+
+def clean_environ(**extra: str) -> dict[str, str]:
+    environ = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("OTEL_", "REPROIT_", "COUPON_", "DJANGO_"))
+        or key == "REPROIT_STRICT_INTERNAL"
+    }
+    environ.update(extra)
+    return environ
+
+
+def app_environ(framework: str, **extra: str) -> dict[str, str]:
+    environ = clean_environ(
+        OTEL_METRICS_EXPORTER="none",
+        OTEL_LOGS_EXPORTER="none",
+        REPROIT_SECRET_VALUES=SECRET,
+        PYTHONPATH=str(APPS),
+        **extra,
+    )
+    if framework == "django":
+        environ["DJANGO_SETTINGS_MODULE"] = "coupon_django"
+    return environ
+
+
+def line_of(name: str, marker: str) -> int:
+    """The line number of the first line of ``apps/<name>`` containing ``marker``."""
+    for number, line in enumerate((APPS / name).read_text().splitlines(), 1):
+        if marker in line:
+            return number
+    raise AssertionError(f"{marker!r} not in {name}")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def answers(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+@dataclass
+class Loop:
+    framework: str
+    ingest: ServedIngest
+    occurrence: str
+    capsule: dict[str, Any]
+    upstream: str
+    workdir: Path
+
+    def check(self, *flags: str, **variant: str) -> subprocess.CompletedProcess[str]:
+        """``reproit-otel check`` of the occurrence against the app, from its own folder."""
+        app = APPS / f"coupon_{self.framework}.py"
+        boot = " ".join(shlex.quote(str(part)) for part in (LAUNCHER, sys.executable, app))
+        return subprocess.run(
+            cli_command(
+                "check",
+                self.occurrence,
+                "--exec",
+                f"cd {shlex.quote(str(APPS))} && {boot}",
+                "--ingest",
+                self.ingest.base_url,
+                "--api-key",
+                KEY,
+                *flags,
+            ),
+            cwd=self.workdir,
+            env=app_environ(
+                self.framework,
+                OTEL_TRACES_EXPORTER="none",
+                UPSTREAM=self.upstream,
+                **variant,
+            ),
+            capture_output=True,
+            text=True,
+            timeout=CHECK_TIMEOUT_S,
+            check=False,
+        )
+
+    def check_json(self, **variant: str) -> tuple[int, dict[str, Any]]:
+        done = self.check("--json", **variant)
+        try:
+            result: dict[str, Any] = json.loads(done.stdout)
+        except ValueError:
+            raise AssertionError(f"no JSON (exit {done.returncode}):\n{done.stderr}") from None
+        return done.returncode, result
+
+
+def wait_for_occurrence(ingest: ServedIngest) -> str:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        rows = httpx.get(
+            f"{ingest.base_url}/v1/occurrences", headers={"authorization": f"Bearer {KEY}"}
+        ).json()["occurrences"]
+        ready = [row for row in rows if row["capsuleAvailable"]]
+        if ready:
+            [row] = ready
+            identifier: str = row["id"]
+            return identifier
+        time.sleep(0.1)
+    raise AssertionError(f"no occurrence reached the ingest: {ingest.lines}")
+
+
+@pytest.fixture(scope="module", params=FRAMEWORKS)
+def loop(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Loop]:
+    framework: str = request.param
+    workdir = tmp_path_factory.mktemp(f"exception-{framework}")
+    ingest = ServedIngest(f"sqlite:///{workdir / 'ingest.db'}", "--api-key", KEY)
+    upstream = Upstream()
+    app: subprocess.Popen[str] | None = None
+    try:
+        port = free_port()
+        app = subprocess.Popen(
+            [str(LAUNCHER), sys.executable, "-u", str(APPS / f"coupon_{framework}.py")],
+            cwd=APPS,
+            env=app_environ(
+                framework,
+                PORT=str(port),
+                UPSTREAM=upstream.base,
+                OTEL_SERVICE_NAME=f"coupon-{framework}",
+                OTEL_TRACES_EXPORTER="reproit",
+                REPROIT_ENDPOINT=f"{ingest.base_url}/v1/capture-batches",
+                REPROIT_API_KEY=KEY,
+                REPROIT_APP_ID=f"coupon-{framework}",
+                REPROIT_FLUSH_INTERVAL_MS="100",
+            ),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 30
+        while not answers(port):
+            assert app.poll() is None and time.monotonic() < deadline, app.communicate(timeout=10)
+            time.sleep(0.1)
+        live = httpx.get(f"http://127.0.0.1:{port}/coupon?code=SAVE10", timeout=30)
+        assert live.status_code == 500
+        occurrence = wait_for_occurrence(ingest)
+        capsule = httpx.get(
+            f"{ingest.base_url}/v1/occurrences/{occurrence}/capsule",
+            headers={"authorization": f"Bearer {KEY}"},
+        ).json()
+        app.terminate()
+        app.communicate(timeout=30)
+        upstream.stop()
+        yield Loop(framework, ingest, occurrence, capsule, upstream.base, workdir)
+    finally:
+        if app is not None and app.poll() is None:
+            app.kill()
+            app.communicate(timeout=30)
+        upstream.stop()
+        assert ingest.stop() == 0
+
+
+def application_frames(error: dict[str, Any]) -> list[tuple[str, int, str]]:
+    return [
+        (frame["file"], frame["line"], frame["function"])
+        for frame in error["frames"]
+        if not frame.get("library")
+    ]
+
+
+def test_the_capsule_carries_the_exception_scrubbed(loop: Loop) -> None:
+    returned = loop.capsule["events"][-1]
+    assert (returned["kind"], returned["status"]) == ("return", 500)
+    error = error_of_output(returned["output"])
+    assert error is not None, returned
+    assert (error["type"], error["message"]) == (
+        "builtins.ValueError",
+        f"coupon SAVE10 failed for account $reproit "
+        f"(priced by {loop.upstream}/json?api_key=$reproit&currency=EUR)",
+    )
+    assert SECRET not in json.dumps(loop.capsule) and "hunter2" not in json.dumps(loop.capsule)
+    view = {"flask": "coupon", "fastapi": "coupon", "django": "coupon"}[loop.framework]
+    assert application_frames(error) == [
+        (f"coupon_{loop.framework}.py", line_of(f"coupon_{loop.framework}.py", "# VIEW"), view),
+        ("coupon_logic.py", line_of("coupon_logic.py", "return apply_coupon("), "quote"),
+        ("coupon_logic.py", line_of("coupon_logic.py", "raise ValueError("), "apply_coupon"),
+    ]
+    cause = error["cause"]
+    assert (cause["type"], cause["message"], cause["chained"]) == (
+        "builtins.ZeroDivisionError",
+        "float division by zero",
+        "cause",
+    )
+    assert application_frames(cause) == [
+        ("coupon_logic.py", line_of("coupon_logic.py", "# BUG"), "apply_coupon")
+    ]
+
+
+def test_check_reproduces_the_recorded_exception(loop: Loop) -> None:
+    done = loop.check()
+    assert done.returncode == 1, done.stdout + done.stderr
+    line = line_of("coupon_logic.py", "raise ValueError(")
+    headline = (
+        f"REPRODUCED  ValueError: coupon SAVE10 failed for account $reproit (priced by "
+        f"{loop.upstream}/json?api_key=$reproit&currency=EUR)  "
+        f"(coupon_logic.py:{line} in apply_coupon), as recorded"
+    )
+    assert headline in done.stdout.splitlines(), done.stdout
+    if loop.framework == "flask":
+        # The replayed application's own traceback, though only OpenTelemetry's handler sat
+        # on the root logger: shown after the verdict.
+        shown = done.stdout.split("application stderr (last", 1)[1]
+        assert "Traceback (most recent call last):" in shown, done.stdout
+        assert "ZeroDivisionError: float division by zero" in shown, done.stdout
+
+
+def test_another_exception_is_a_different_failure(loop: Loop) -> None:
+    code, result = loop.check_json(COUPON_OTHER="1")
+    assert (code, result["verdict"], result["differentFailure"]) == (3, "inconclusive", True)
+    assert result["observedResult"]["status"] == 500
+    recorded, replayed = result["recordedException"], result["replayedException"]
+    assert (recorded["type"], replayed["type"], replayed["message"]) == (
+        "builtins.ValueError",
+        "builtins.KeyError",
+        "'SAVE10'",
+    )
+    assert application_frames(replayed)[-1] == (
+        "coupon_logic.py",
+        line_of("coupon_logic.py", "# OTHER BUG"),
+        "lookup_discount",
+    )
+
+
+def test_the_fixed_app_is_fixed(loop: Loop) -> None:
+    code, result = loop.check_json(COUPON_FIXED="1")
+    assert (code, result["verdict"], result["replayedException"]) == (0, "fixed", None)
