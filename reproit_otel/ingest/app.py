@@ -69,7 +69,6 @@ from reproit_otel.wire.artifacts import (
     ARTIFACT_ID_PATTERN,
     CAPSULE_MEDIA_TYPE,
     artifact_id,
-    capsule_artifact_id,
 )
 from reproit_otel.wire.canonical import canonical_json
 from reproit_otel.wire.capsule import capsule_bytes, capsule_from_batch, load_capsule
@@ -353,11 +352,9 @@ class IngestApp:
                 "no exchanges, so there is no capsule. Install reproit-otel in the service to "
                 "capture one.",
             )
-        named = capsule_artifact_id(batch)
-        if named is not None:
-            artifact = await run_in_threadpool(self.store.get_artifact, named)
-            if artifact is not None:  # a heavy operation: its whole capsule
-                return Response(artifact.body, media_type="application/json")
+        whole = await run_in_threadpool(self.store.whole_capsule, batch)
+        if whole is not None:  # a heavy operation: its whole capsule
+            return Response(whole, media_type="application/json")
         capsule = capsule_from_batch(batch)
         if capsule is None:
             raise _Refused(

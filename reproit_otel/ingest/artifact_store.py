@@ -13,9 +13,12 @@ store's transactions and SQL dialect.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
+
+from reproit_otel.wire.artifacts import capsule_artifact_id
 
 __all__ = ["ARTIFACT_SCHEMA", "ArtifactStore", "StoredArtifact"]
 
@@ -74,6 +77,14 @@ class ArtifactStore:
         if row is None:
             return None
         return StoredArtifact(artifact_id, str(row[0]), str(row[1]).encode("utf-8"))
+
+    def whole_capsule(self, batch: Mapping[str, Any]) -> bytes | None:
+        """The stored capsule artifact ``batch`` names (a heavy operation), or ``None``."""
+        named = capsule_artifact_id(batch)
+        if named is None:
+            return None
+        artifact = self.get_artifact(named)
+        return None if artifact is None else artifact.body
 
     def artifact_count(self) -> int:
         """How many artifacts are stored."""

@@ -21,6 +21,7 @@ Content Security Policy (no inline script, nothing from elsewhere), ``X-Frame-Op
 from __future__ import annotations
 
 import asyncio
+import json
 import urllib.parse
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from starlette.staticfiles import StaticFiles
 
 from reproit_otel.ingest.store import OccurrenceFacets, OccurrencePage, Store
 from reproit_otel.ingest.webauth import COOKIE_NAME, SESSION_SECONDS, ReadKeys
+from reproit_otel.ingest.webexchanges import page_number
 from reproit_otel.ingest.webhtml import page, text
 from reproit_otel.ingest.weblist import PAGE_SIZE, ListQuery, list_html
 from reproit_otel.ingest.webview import occurrence_html
@@ -148,8 +150,16 @@ class WebPages:
             if found.batch_count
             else None
         )
+        whole = None if batch is None else await run_in_threadpool(self.store.whole_capsule, batch)
         base_url = str(request.base_url).rstrip("/")
-        body = occurrence_html(found, batch, base_url=base_url, exec_command=self.exec_command)
+        body = occurrence_html(
+            found,
+            batch,
+            base_url=base_url,
+            exec_command=self.exec_command,
+            capsule=None if whole is None else json.loads(whole),
+            page=page_number(request.query_params.get("page")),
+        )
         title = f"{found.status or ''} {found.operation}".strip()
         return _html(page(title, body, signed_in=True))
 
@@ -162,12 +172,13 @@ class WebPages:
             return self._not_found(
                 f"Occurrence {occurrence_id} has no capture batch, so there is no capsule."
             )
-        capsule = capsule_from_batch(batch)
-        if capsule is None:
+        whole = await run_in_threadpool(self.store.whole_capsule, batch)
+        capsule = capsule_from_batch(batch) if whole is None else None
+        if whole is None and capsule is None:
             return self._not_found("The stored batch does not project to a capsule.", 422)
         filename = urllib.parse.quote(f"{occurrence_id}.capsule.json", safe="")
         return Response(
-            capsule_bytes(capsule),
+            whole if capsule is None else capsule_bytes(capsule),
             media_type="application/json",
             headers={
                 **_SECURITY_HEADERS,

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reproit_otel.ingest.store import Occurrence
+from reproit_otel.ingest.webexchanges import capsule_effects, exchanges_section
 from reproit_otel.ingest.webhtml import (
     body_html,
     is_identity,
@@ -416,8 +417,14 @@ def occurrence_html(
     *,
     base_url: str,
     exec_command: str | None,
+    capsule: Mapping[str, Any] | None = None,
+    page: int = 1,
 ) -> str:
-    """The occurrence page's main content."""
+    """The occurrence page's main content.
+
+    ``capsule`` is the whole capsule of a heavy operation (the artifact its batch names): the
+    exchanges are then listed from it, every one of them. ``page`` is the page of exchanges.
+    """
     data = occurrence.to_json()
     quoted = urllib.parse.quote(occurrence.id, safe="")
     seen = f"{occurrence.count} ({occurrence.batch_count} captured"
@@ -465,7 +472,8 @@ def occurrence_html(
         f' <span class="muted">latest capture {text(view.batch_id)}, {text(view.observed_at)}'
         f"{', ' + text(view.emitter) if view.emitter else ''}</span></p></section>"
     )
-    exchanges = "".join(_effect(i, e) for i, e in enumerate(view.effects, start=1))
+    effects = view.effects if capsule is None else capsule_effects(capsule)
+    exchanges = exchanges_section(effects, _effect, page=page, whole=capsule is not None)
     envelope = (
         _dl([(str(k), _attribute(k, v)) for k, v in view.envelope.items()], "meta envelope")
         if view.envelope
@@ -477,8 +485,7 @@ def occurrence_html(
         + f'<section id="completeness"><h2>Completeness</h2>{_completeness(view)}</section>'
         + f'<section id="input"><h2>Input</h2>{_input(occurrence.operation, view.input)}'
         "</section>"
-        + f'<section id="exchanges"><h2>Exchanges <small>{len(view.effects)}, in recorded '
-        f"order</small></h2>{exchanges or '<p class=muted>none</p>'}</section>"
+        + exchanges
         + f'<section id="return"><h2>Return</h2>{_returned(view.returned)}</section>'
         + f'<section id="envelope"><h2>Determinism envelope</h2>{envelope}</section>'
     )

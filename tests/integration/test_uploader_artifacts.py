@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -189,3 +190,33 @@ def test_past_the_budget_the_batch_is_honestly_partial(served: tuple[ServedInges
     [(body,)] = _rows(database, "SELECT body FROM reproit_batches")
     _partial_network(json.loads(body), stats["capture_dropped_effects"])
     assert _rows(database, "SELECT COUNT(*) FROM reproit_artifacts") == [(0,)]
+
+
+def test_the_page_lists_every_exchange_a_page_at_a_time(
+    served: tuple[ServedIngest, Path],
+) -> None:
+    ingest, _ = served
+    uploader = Uploader(
+        settings(
+            f"{ingest.base_url}/v1/capture-batches", api_key=KEY, capture_budget=4 * 1024 * 1024
+        ),
+        environment,
+    )
+    uploader.record(failing_trace(calls=150, body="y" * 1000))
+    assert uploader.flush(20) is True
+    assert uploader.stats()["artifacts_sent"] == 1
+    uploader.close()
+    occurrence = _only_occurrence(ingest.base_url)
+    url = f"{ingest.base_url}/occurrences/{occurrence}"
+    first = httpx.get(url, headers=_auth()).text
+    second = httpx.get(url, params={"page": "2"}, headers=_auth()).text
+    numbers = re.compile(r'<span class="n">#(\d+)</span>')
+    assert [int(n) for n in numbers.findall(first)] == list(range(1, 101))
+    assert [int(n) for n in numbers.findall(second)] == list(range(101, 151))
+    assert "exchanges 101 to 150 of 150" in second
+    assert "/charge/149" in second
+    # The download is the whole capsule too.
+    download = httpx.get(f"{url}/capsule", headers=_auth())
+    pulled = httpx.get(f"{ingest.base_url}/v1/occurrences/{occurrence}/capsule", headers=_auth())
+    assert download.content == pulled.content
+    assert len(validate_capsule(download.json())["events"]) == 152
