@@ -223,7 +223,7 @@ def test_the_five_minute_guide_captures_pulls_and_replays(
     ingest, ingest_url = _serve(serve, tmp_path, _env())
     try:
         # The README's block, in one shell: the exports, then the launch line.
-        variables, launch = _launch_block("README.md", "pip install", ingest_url)
+        variables, launch = _launch_block("README.md", "export OTEL_TRACES_EXPORTER", ingest_url)
         assert launch == "opentelemetry-instrument python app.py"
         port = _free_port()
         shell = _env(
@@ -244,7 +244,7 @@ def test_the_five_minute_guide_captures_pulls_and_replays(
             assert (fine.status_code, fine.json()) == (200, {"per_item": 375, "total": 750})
             assert failing.status_code == 500
             listed = command_starting("README.md", "reproit-otel list")
-            assert listed == "reproit-otel list"
+            assert listed == "reproit-otel list --api-key dev-key"
             [row] = _wait_for_rows(listed, tmp_path, shell)
         finally:
             app.stop(signal.SIGINT)

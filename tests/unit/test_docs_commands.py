@@ -57,7 +57,7 @@ NO_COLLECTOR = (
 )
 PIP = (
     "setup: installs from a package registry, so no test runs it; scripts/bootstrap installs "
-    "the project with the dev extras, which hold every package named here"
+    "the project with the dev and otel extras, which hold every package named here"
 )
 
 RUN_BY: dict[str, str] = {
@@ -73,14 +73,14 @@ RUN_BY: dict[str, str] = {
     "with a published folder beside it)",
     "apt-get install postgresql": ".ci/run: need_package installs postgresql when initdb is "
     "missing",
-    "pip install 'reproit-otel[requests,psycopg2,replay]' opentelemetry-distro "
-    "opentelemetry-exporter-otlp": PIP,
-    "pip install 'reproit-otel[serve]'": PIP,
-    "pip install reproit-otel opentelemetry-distro opentelemetry-exporter-otlp": PIP,
+    "pip install 'reproit-otel[otel,requests,psycopg2,replay,serve]'": PIP,
+    "pip install 'reproit-otel[otel,requests,psycopg2]'": PIP,
     "pip install 'reproit-otel[requests,psycopg2]'": PIP,
-    "opentelemetry-bootstrap -a install": "setup: installs instrumentations from a package "
-    "registry; scripts/bootstrap installs those it would pick here (requests, psycopg2, Flask, "
-    "FastAPI, httpx: the dev extras list them)",
+    "pip install opentelemetry-instrumentation-redis==0.66b1": "setup: an example of another "
+    "library's instrumentation at the tested release; tests/unit/test_install_set.py checks "
+    "that release is the one constraints.txt pins",
+    "opentelemetry-bootstrap -a install": "setup: named as what not to rely on (it picks the "
+    "installed distro's release); no test runs it, the otel extra replaces it",
     "export OTEL_TRACES_EXPORTER=otlp,reproit": FIVE,
     "export REPROIT_ENDPOINT=http://127.0.0.1:8765/v1/capture-batches": FIVE
     + " (the ingest's free port)",
@@ -91,7 +91,6 @@ RUN_BY: dict[str, str] = {
     'check failure.json --exec "opentelemetry-instrument python app.py"': FIVE,
     "reproit-otel serve --api-key dev-key": FIVE + " (with --port 0)",
     "reproit-otel list": FIVE + " (REPROIT_INGEST_URL names the ingest)",
-    "reproit-otel pull OCC -o failure.json": FIVE,
     "reproit-otel list --api-key dev-key": FIVE,
     "reproit-otel show OCC --api-key dev-key": FIVE,
     "reproit-otel pull OCC --api-key dev-key -o failure.json": FIVE,

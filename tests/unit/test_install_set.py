@@ -54,3 +54,13 @@ def test_the_otel_extra_covers_sdk_distro_exporters_and_every_checked_library() 
 def test_bootstrap_installs_the_extra_with_the_constraints() -> None:
     script = (ROOT / "scripts" / "bootstrap").read_text(encoding="utf-8")
     assert "-c constraints.txt -e '.[dev,otel]'" in script
+
+
+def test_the_release_the_quickstart_names_for_other_instrumentations_is_the_tested_one() -> None:
+    text = (ROOT / "docs" / "quickstart.md").read_text(encoding="utf-8")
+    constraints = _constraints()
+    assert (
+        f"opentelemetry-instrumentation-redis=={constraints['opentelemetry-instrumentation']}"
+        in (" ".join(text.split()))
+    )
+    assert f"`opentelemetry-sdk` {constraints['opentelemetry-sdk']}" in " ".join(text.split())
