@@ -21,6 +21,7 @@ import shlex
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -192,31 +193,29 @@ def serving(stack: Stack, env: Mapping[str, str]) -> Iterator[int]:
     """The application under ``opentelemetry-instrument`` on a free port, until the block ends."""
     port = free_port()
     command = [str(LAUNCHER), *(part.replace("{port}", str(port)) for part in stack.serve)]
-    process = subprocess.Popen(
-        command,
-        cwd=stack.cwd,
-        env=clean_environ(**env),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + BOOT_TIMEOUT_S
-        while not answers(port):
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                _, stderr = process.communicate(timeout=30)
-                raise AssertionError(f"{stack.name} did not start:\n{stderr}")
-            time.sleep(0.1)
-        yield port
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.communicate(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.communicate(timeout=30)
+    # The server's log goes to a file: a pipe nobody reads could fill up and stall it.
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(
+            command, cwd=stack.cwd, env=clean_environ(**env), stdout=log, stderr=log, text=True
+        )
+        try:
+            deadline = time.monotonic() + BOOT_TIMEOUT_S
+            while not answers(port):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    process.kill()
+                    process.wait(timeout=30)
+                    log.seek(0)
+                    raise AssertionError(f"{stack.name} did not start:\n{log.read()}")
+                time.sleep(0.1)
+            yield port
+        finally:
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(timeout=30)
 
 
 @contextmanager

@@ -77,11 +77,11 @@ def stack(name: str, serve: tuple[str, ...], **env: str) -> Stack:
 STACKS = {
     "gunicorn": stack(
         "django-gunicorn",
-        (GUNICORN, "--bind", "127.0.0.1:{port}", "--workers", "1", "ledger_site.wsgi"),
+        (GUNICORN, "--bind", "127.0.0.1:{port}", "ledger_site.wsgi"),
     ),
     "gunicorn-conn-max-age": stack(
         "django-gunicorn-persistent",
-        (GUNICORN, "--bind", "127.0.0.1:{port}", "--workers", "1", "ledger_site.wsgi"),
+        (GUNICORN, "--bind", "127.0.0.1:{port}", "ledger_site.wsgi"),
         LEDGER_CONN_MAX_AGE="60",
     ),
     "runserver": stack(
@@ -90,7 +90,7 @@ STACKS = {
     ),
     "uvicorn": stack(
         "django-uvicorn",
-        (UVICORN, "--port", "{port}", "--no-access-log", "ledger_site.asgi:application"),
+        (UVICORN, "--port", "{port}", "ledger_site.asgi:application"),
     ),
 }
 

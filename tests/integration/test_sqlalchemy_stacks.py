@@ -1,0 +1,165 @@
+"""Flask-SQLAlchemy and FastAPI on SQLAlchemy 2.1 and 2.0, zero code, captured and replayed.
+
+The apps in ``apps/sqlalchemy_ledger`` have no reproit-otel code. They run under the real
+``opentelemetry-instrument`` (Flask or FastAPI, psycopg2, requests and SQLAlchemy
+instrumentations installed) on a real PostgreSQL and send their failures to a real
+``reproit-otel serve``. On SQLAlchemy 2.0 OpenTelemetry's SQLAlchemy instrumentation is active
+(its ``connect`` and statement spans are around every call); on 2.1, which it does not declare
+support for, the launcher leaves it out. Each stack is captured cold and warm (Flask-SQLAlchemy
+pre-pings every checkout), then replayed with PostgreSQL and the upstream stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+
+from tests.integration.sqlalchemy_overlay import sqlalchemy_20_path
+from tests.integration.stack_support import (
+    LAUNCHER,
+    Request,
+    Stack,
+    StackRun,
+    clean_environ,
+    exchanges,
+    run_stack,
+    start_input,
+)
+
+APP = Path(__file__).resolve().parent / "apps" / "sqlalchemy_ledger"
+PYTHON = sys.executable
+UVICORN = str(Path(sys.executable).with_name("uvicorn"))
+HEALTHY_CUSTOMER = "11111111-1111-4111-8111-111111111111"
+BODY = {"amount": "12.50", "reference": "r-1"}
+
+pytestmark = pytest.mark.skipif(
+    not any(e.name == "reproit" for e in entry_points(group="opentelemetry_traces_exporter")),
+    reason="the reproit entry points are not installed (pip install -e .)",
+)
+
+
+def create_tables(env: Mapping[str, str]) -> None:
+    subprocess.run([PYTHON, "models.py"], cwd=APP, env=dict(env), check=True, timeout=120)
+
+
+def payment(customer: str, kind: str = "cold") -> Request:
+    return Request(
+        "POST",
+        f"/customers/{customer}/payments?currency=EUR",
+        json.dumps(BODY).encode(),
+        "application/json",
+    )
+
+
+def overlay_env(version: str) -> dict[str, str]:
+    return {"PYTHONPATH": str(sqlalchemy_20_path())} if version == "2.0" else {}
+
+
+# What replay still lacks for these apps (issue 15, the replay side): connection-scope
+# statements served by rule (the dialect's first-connect introspection, pre-pings) and values
+# new on every run (uuid4 keys, datetime.now()).
+REPLAY_GAP = pytest.mark.xfail(
+    strict=True,
+    reason="replay does not yet serve SQLAlchemy's connection-scope statements (first-connect "
+    "type introspection, pre-ping) nor values new on every run (uuid4, now())",
+)
+
+SERVERS = {
+    "flask-sqlalchemy": (PYTHON, "flask_app.py", "--port", "{port}"),
+    "fastapi": (UVICORN, "--port", "{port}", "fastapi_app:app"),
+}
+
+
+@pytest.fixture(
+    scope="module",
+    params=[(server, version) for server in sorted(SERVERS) for version in ("2.0", "2.1")],
+    ids=lambda param: f"{param[0]}-sqlalchemy-{param[1]}",
+)
+def run(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[StackRun]:
+    server, version = request.param
+    stack = Stack(
+        name=f"{server}-{version}",
+        cwd=APP,
+        serve=SERVERS[server],
+        healthy=payment(HEALTHY_CUSTOMER),
+        failing=payment,
+        prepare=create_tables,
+        env=overlay_env(version),
+    )
+    with run_stack(stack, tmp_path_factory.mktemp(stack.name)) as result:
+        yield result
+
+
+@pytest.mark.parametrize("version", ["2.0", "2.1"])
+def test_the_launcher_instruments_sqlalchemy_2_0_and_leaves_2_1_alone(version: str) -> None:
+    probe = (
+        "import sqlalchemy; from sqlalchemy.engine.base import Engine; "
+        "print(sqlalchemy.__version__.rsplit('.', 1)[0], hasattr(Engine.connect, '__wrapped__'))"
+    )
+    done = subprocess.run(
+        [str(LAUNCHER), PYTHON, "-c", probe],
+        env=clean_environ(
+            OTEL_TRACES_EXPORTER="none",
+            OTEL_METRICS_EXPORTER="none",
+            OTEL_LOGS_EXPORTER="none",
+            **overlay_env(version),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert done.stdout.split() == [version, str(version == "2.0")]
+
+
+@pytest.mark.parametrize("kind", ["cold", "warm"])
+def test_the_failure_is_captured_complete_with_its_statements(run: StackRun, kind: str) -> None:
+    capture = run.captures[kind]
+    assert capture.status == 500
+    assert capture.capsule["operation"] == f"POST {capture.request.path.partition('?')[0]}"
+    given = start_input(capture.capsule)
+    assert (given["body"], given["query"]) == (BODY, {"currency": "EUR"})
+    returned = capture.capsule["events"][-1]
+    assert (returned["status"], returned["effectsComplete"]) == (500, True)
+    texts = [exchange["request"].get("text", "") for exchange in exchanges(capture.capsule)]
+    assert any(text.startswith("INSERT INTO payment") for text in texts), texts
+    assert any("invoice.due_at <" in text for text in texts), texts
+    # The pool pings every checkout; a cold start also sets the dialect up first.
+    assert "SELECT 1" in texts
+    if kind == "cold":
+        assert "select pg_catalog.version()" in texts
+
+
+@REPLAY_GAP
+@pytest.mark.parametrize("kind", ["cold", "warm"])
+def test_the_replay_reproduces_the_failure(run: StackRun, kind: str) -> None:
+    code, result = run.check(kind)
+    assert (code, result["verdict"], result["divergences"]) == (1, "reproduced", []), result
+    assert result["observedResult"]["status"] == 500
+
+
+@REPLAY_GAP
+@pytest.mark.parametrize("kind", ["cold", "warm"])
+def test_the_fixed_code_replays_as_fixed(run: StackRun, kind: str) -> None:
+    code, result = run.check(kind, LEDGER_FIXED="1")
+    assert (code, result["verdict"]) == (0, "fixed"), result
+    answer = json.loads(result["observedResult"]["body"])
+    assert (answer["overdue"], answer["average"], answer["rate"]) == (0, "0", 1.5)
+
+
+@REPLAY_GAP
+@pytest.mark.parametrize("kind", ["cold", "warm"])
+def test_a_changed_query_parameter_diverges(run: StackRun, kind: str) -> None:
+    code, result = run.check(kind, LEDGER_OTHER_CURRENCY="1")
+    assert (code, result["verdict"]) == (3, "diverged"), result
+    [divergence] = result["divergences"]
+    assert divergence["protocol"] == "pg"
+    assert "USD" in json.dumps(divergence["got"]), divergence
