@@ -23,7 +23,11 @@ a problem's line ends with ``fix:`` and the command or change that fixes it):
    warnings; fixtures in an older format are warnings with the command to re-record them;
 5. client libraries the imported modules brought in that reproit-otel does not record
    (httpx, redis, grpc, ...): a replay cannot serve their calls unless they run inside an
-   invoke boundary.
+   invoke boundary;
+6. the stacks the project uses (Django, Flask, FastAPI/Starlette, SQLAlchemy), what is
+   captured there and what cannot be seen (``doctor_stacks.py``): a Django project without
+   ``DJANGO_SETTINGS_MODULE``, a database or SQLAlchemy engine on a driver reproit-otel does
+   not record, a missing OpenTelemetry instrumentation.
 
 Exit status: 1 when any error was found, else 0.
 """
@@ -86,6 +90,7 @@ _UNRECORDED = {
     "MySQLdb": "MySQL (mysqlclient)",
     "nats": "NATS",
     "paramiko": "SSH (paramiko)",
+    "pg8000": "PostgreSQL (pg8000)",
     "pika": "RabbitMQ (pika)",
     "poplib": "POP3 (poplib)",
     "psycopg": "PostgreSQL (psycopg 3)",
@@ -165,6 +170,7 @@ def diagnose(
     from reproit_otel.cli import doctor_setup
 
     env = os.environ if environ is None else environ
+    given = dict(env)
     modules = list(modules)
     # reproit-otel's own imports happen before the baseline, so only the application's count.
     importlib.import_module("reproit_otel.instrumentation.invoke")
@@ -183,6 +189,10 @@ def diagnose(
     findings += doctor_setup.package_findings(env, imported if modules else None)
     findings += _fixtures(fixtures, env)
     findings += _unrecorded(imported)
+    from reproit_otel.cli.doctor_stacks import stack_findings
+
+    # As given: the Django set-up above may have set DJANGO_SETTINGS_MODULE from manage.py.
+    findings += stack_findings(given, {name.partition(".")[0] for name in imported})
     return findings
 
 
