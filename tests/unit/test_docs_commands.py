@@ -60,7 +60,32 @@ PIP = (
     "the project with the dev and otel extras, which hold every package named here"
 )
 
+DJANGO = "tests/integration/test_django_stack.py"
+DJANGO_CAPTURE = f"{DJANGO}::test_the_failure_is_captured_whole_with_its_input"
+STACKS = "tests/integration/test_sqlalchemy_stacks.py"
+DOCTOR_STACKS = "tests/integration/test_doctor_stacks.py"
+MYSITE = " (the test project ledger_site for mysite, a free port)"
+
 RUN_BY: dict[str, str] = {
+    # docs/frameworks.md
+    "export DJANGO_SETTINGS_MODULE=mysite.settings": DJANGO_CAPTURE
+    + " (DJANGO_SETTINGS_MODULE=ledger_site.settings in the environment of every server)",
+    "opentelemetry-instrument gunicorn --bind 127.0.0.1:8000 mysite.wsgi": DJANGO_CAPTURE + MYSITE,
+    "opentelemetry-instrument python manage.py runserver --noreload 127.0.0.1:8000": (
+        DJANGO_CAPTURE + " (a free port)"
+    ),
+    "opentelemetry-instrument uvicorn --port 8000 mysite.asgi:application": DJANGO_CAPTURE + MYSITE,
+    "OTEL_TRACES_EXPORTER=none OTEL_METRICS_EXPORTER=none OTEL_LOGS_EXPORTER=none reproit-otel "
+    "check OCC --exec 'opentelemetry-instrument gunicorn --bind 127.0.0.1:$PORT mysite.wsgi'": (
+        f"{DJANGO}::test_the_replay_reproduces_the_failure (ledger_site for mysite, with "
+        "--ingest, --api-key and --boot-timeout)"
+    ),
+    "opentelemetry-instrument uvicorn --port 8000 app:app": f"{STACKS}::"
+    "test_the_failure_is_captured_complete_with_its_statements (fastapi_app for app, a free "
+    "port)",
+    "reproit-otel doctor --import myapp.db": f"{DOCTOR_STACKS}::"
+    "test_sqlalchemy_engines_on_drivers_it_does_not_record_are_warned_about (engines for "
+    "myapp.db)",
     # README.md, docs/quickstart.md
     "scripts/demo": DEMO + " (through scripts/demo whenever its bootstrap step has nothing to "
     "install, as in .ci/run)",
