@@ -117,16 +117,13 @@ LIBRARIES: tuple[Library, ...] = (
         "opentelemetry.instrumentation.psycopg2:Psycopg2Instrumentor",
         _NO_CLIENT_SPAN,
     ),
-    Library(
-        "sqlalchemy",
-        "SQLAlchemy",
-        "sqlalchemy",
-        "opentelemetry-instrumentation-sqlalchemy",
-        "opentelemetry.instrumentation.sqlalchemy:SQLAlchemyInstrumentor",
-        _NO_CLIENT_SPAN,
-    ),
 )
-"""The libraries checked, in report order."""
+"""The libraries checked, in report order.
+
+SQLAlchemy is not among them: its statements are the DB-API driver's, recorded (psycopg2) or
+reported as unrecorded by reproit-otel's pool hook (``instrumentation/sqlalchemy.py``), so
+captures stay complete and honest with or without its OpenTelemetry instrumentation (which
+does not instrument SQLAlchemy 2.1). ``doctor`` checks the engines' drivers instead."""
 
 
 @dataclass(frozen=True)
@@ -409,7 +406,7 @@ def warn_at_startup(environ: Mapping[str, str]) -> list[Problem]:
 
     Version disagreements and the instrumentations of libraries already imported are
     reported at once (reproit-otel's own hooks import the ones it patches when they are
-    installed: Flask, Django, Starlette, requests, psycopg2, SQLAlchemy); a library imported
+    installed: Flask, Django, Starlette, requests, psycopg2); a library imported
     later (FastAPI) is reported at its first import. Called once per process (a second call
     does nothing).
     """

@@ -52,8 +52,7 @@ def _problems(findings: list[dict[str, Any]], *topics: str) -> list[tuple[str, s
     """The warnings and errors, of the given topics only when some are named.
 
     Without ``--import`` the doctor looks at every installed library, so the project's own
-    environment adds its findings (SQLAlchemy 2.1 is newer than its instrumentation
-    instruments); tests of other topics leave that one out.
+    environment may add findings of its own; tests of other topics leave them out.
     """
     return [
         (f["level"], f["topic"], f["message"])
