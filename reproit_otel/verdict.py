@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from reproit_otel.boot_watch import boot_failure, listening_ports
 from reproit_otel.errors import CapsuleError
 from reproit_otel.exception_verdict import (
     judge_exception,
@@ -74,6 +75,8 @@ BOOT_TIMEOUT_S = 20.0
 BOOT_POLL_S = 0.2
 REQUEST_TIMEOUT_S = 15.0
 STDERR_GRACE_S = 0.2
+OTHER_PORT_GRACE_S = 2.0
+"""How long an application may listen only on other ports before check stops waiting."""
 STDERR_TAIL_LINES = 80
 """Lines of the application's standard error a check keeps (the last ones)."""
 STDERR_LINE_CHARS = 1000
@@ -146,7 +149,10 @@ def load_check_target(path: str | os.PathLike[str]) -> dict[str, Any]:
     from reproit_otel.wire.capsule import validate_capsule
 
     document = read_capsule_file(path)
-    validate_capsule(document)
+    try:
+        validate_capsule(document)
+    except CapsuleError as error:
+        raise CapsuleError(f"{path}: {error}") from None
     if not document.get("events"):
         raise CapsuleError(f"{path} holds no events; there is nothing to replay")
     return document
@@ -502,9 +508,20 @@ def _run_hermetic_check(
     try:
         deadline = time.monotonic() + boot_timeout
         booted = False
+        elsewhere: set[int] = set()
+        elsewhere_since: float | None = None
         while time.monotonic() < deadline and process.poll() is None:
             if _answers_http(port):
                 booted = True
+                break
+            # Listening on another port only: it will not move to $PORT; after a grace for
+            # applications that open a side port (metrics) first, stop waiting.
+            elsewhere = listening_ports(process.pid) - {port}
+            if not elsewhere:
+                elsewhere_since = None
+            elif elsewhere_since is None:
+                elsewhere_since = time.monotonic()
+            elif time.monotonic() - elsewhere_since >= OTHER_PORT_GRACE_S:
                 break
             time.sleep(BOOT_POLL_S)
         if booted:
@@ -518,7 +535,8 @@ def _run_hermetic_check(
                 reason = f"the recorded request failed: {error}"
             time.sleep(STDERR_GRACE_S)
         else:
-            reason = f"the application did not answer HTTP on port {port} within {boot_timeout:g} s"
+            exit_code = process.poll()
+            reason = boot_failure(port, exit_code, elsewhere, boot_timeout)
     finally:
         _stop(process)
         pump.join(5.0)

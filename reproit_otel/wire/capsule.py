@@ -190,6 +190,24 @@ def _check_event(event: object, where: str) -> None:
             raise CapsuleError(f"{where}.exchange must be an object or null")
 
 
+def _shown(value: object) -> str:
+    """A JSON value as a message quotes it (text cut at 60 characters)."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _json_kind(value: object) -> str:
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return "null" if value is None else type(value).__name__
+
+
 def validate_capsule(obj: object, *, strict: bool = True) -> dict[str, Any]:
     """Check a parsed capsule and return it (see the module docstring for ``strict``).
 
@@ -197,20 +215,31 @@ def validate_capsule(obj: object, *, strict: bool = True) -> dict[str, Any]:
     """
     if not isinstance(obj, dict):
         raise CapsuleError("a capsule must be a JSON object; got " + type(obj).__name__)
-    if obj.get("format") != CAPTURE_FORMAT:
+    if "format" not in obj:
         raise CapsuleError(
-            f"capsule format is {obj.get('format')!r}; expected {CAPTURE_FORMAT!r}. "
+            f'the capsule has no "format" field; expected "format": "{CAPTURE_FORMAT}" '
+            '(a capture batch has a "batchId" instead)'
+        )
+    if obj["format"] != CAPTURE_FORMAT:
+        raise CapsuleError(
+            f'the capsule\'s "format" is {_shown(obj["format"])}; expected "{CAPTURE_FORMAT}". '
             "Is this a capture batch? Project it with capsule_from_batch first."
         )
-    version = obj.get("version")
+    if "version" not in obj:
+        raise CapsuleError('the capsule has no "version" field; expected "version": 1 or 2')
+    version = obj["version"]
     if not _unsigned(version) or version not in CAPSULE_VERSIONS:
         raise CapsuleError(
-            f"capsule version {version!r} is not supported; expected 1 or 2. "
-            "Upgrade reproit-otel if the capsule comes from a newer SDK."
+            f'the capsule\'s "version" is {_shown(version)}, which is not supported; expected 1 '
+            "or 2. Upgrade reproit-otel if the capsule comes from a newer SDK."
         )
-    events = obj.get("events")
+    if "events" not in obj:
+        raise CapsuleError('the capsule has no "events" field; expected an array of trace events')
+    events = obj["events"]
     if not isinstance(events, list):
-        raise CapsuleError("capsule events must be an array of trace events")
+        raise CapsuleError(
+            f'the capsule\'s "events" is {_json_kind(events)}; expected an array of trace events'
+        )
     if not strict:
         for index, event in enumerate(events):
             if not isinstance(event, Mapping):

@@ -1030,9 +1030,13 @@ def test_capsule_from_batch_synthesizes_a_server_error_return() -> None:
     ("capsule", "message"),
     [
         ([], "JSON object"),
-        ({"format": "x", "version": 1, "events": []}, "format"),
-        ({"format": CAPTURE_FORMAT, "version": 3, "events": []}, "version 3"),
-        ({"format": CAPTURE_FORMAT, "version": True, "events": []}, "version True"),
+        ({"format": "x", "version": 1, "events": []}, '"format" is "x"'),
+        ({"version": 1, "events": []}, 'no "format" field'),
+        ({"format": CAPTURE_FORMAT, "version": 3, "events": []}, '"version" is 3,'),
+        ({"format": CAPTURE_FORMAT, "version": True, "events": []}, '"version" is true,'),
+        ({"format": CAPTURE_FORMAT, "events": []}, 'no "version" field'),
+        ({"format": CAPTURE_FORMAT, "version": 1}, 'no "events" field'),
+        ({"format": CAPTURE_FORMAT, "version": 1, "events": {}}, '"events" is an object'),
         (
             {"format": CAPTURE_FORMAT, "version": 1, "operation": "o", "oracle": "x", "events": []},
             "no events",
