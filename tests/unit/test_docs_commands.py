@@ -66,7 +66,30 @@ STACKS = "tests/integration/test_sqlalchemy_stacks.py"
 DOCTOR_STACKS = "tests/integration/test_doctor_stacks.py"
 MYSITE = " (the test project ledger_site for mysite, a free port)"
 
+EXAMPLE_DJANGO = "tests/integration/test_example_django.py::"
+EXAMPLE_DJANGO += "test_the_django_example_reproduces_then_is_fixed"
+
 RUN_BY: dict[str, str] = {
+    # examples/django_ledger/README.md
+    "pip install 'reproit-otel[otel,requests,psycopg2,replay,serve]' django gunicorn": PIP,
+    "reproit-otel serve --api-key dev-key --db sqlite:///ledger-ingest.db": EXAMPLE_DJANGO
+    + " (with --port 0)",
+    "export DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres": EXAMPLE_DJANGO
+    + " (the throwaway PostgreSQL's DSN)",
+    "export DJANGO_SETTINGS_MODULE=ledger.settings PYTHONPATH=examples/django_ledger": (
+        EXAMPLE_DJANGO
+    ),
+    "python examples/django_ledger/manage.py migrate": EXAMPLE_DJANGO,
+    "export OTEL_SERVICE_NAME=ledger OTEL_TRACES_EXPORTER=reproit": EXAMPLE_DJANGO,
+    "export REPROIT_API_KEY=dev-key REPROIT_APP_ID=ledger": EXAMPLE_DJANGO,
+    "opentelemetry-instrument gunicorn --bind 127.0.0.1:8000 ledger.wsgi": EXAMPLE_DJANGO
+    + " (a free port)",
+    "curl -s -X POST localhost:8000/customers/5b8f3c1e-2f4a-4c2e-9d51-7a0e6b1c9f20/payments -H "
+    "'content-type: application/json' -d '{\"amount\": \"20.00\"}'": EXAMPLE_DJANGO
+    + " (gunicorn's free port)",
+    "OTEL_TRACES_EXPORTER=none OTEL_METRICS_EXPORTER=none OTEL_LOGS_EXPORTER=none reproit-otel "
+    "check capsule.json --exec 'opentelemetry-instrument gunicorn --bind 127.0.0.1:$PORT "
+    "ledger.wsgi'": EXAMPLE_DJANGO + " (before and after the fix)",
     # docs/frameworks.md
     "export DJANGO_SETTINGS_MODULE=mysite.settings": DJANGO_CAPTURE
     + " (DJANGO_SETTINGS_MODULE=ledger_site.settings in the environment of every server)",
