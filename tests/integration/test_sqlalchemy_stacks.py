@@ -12,16 +12,21 @@ pre-pings every checkout), then replayed with PostgreSQL and the upstream stoppe
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from importlib.metadata import entry_points
 from pathlib import Path
 
+import httpx
 import pytest
 
-from tests.integration.sqlalchemy_overlay import sqlalchemy_20_path
+from tests.integration.served_ingest import ServedIngest
+from tests.integration.sqlalchemy_overlay import pg8000_path, sqlalchemy_20_path
 from tests.integration.stack_support import (
+    KEY,
     LAUNCHER,
     Request,
     Stack,
@@ -29,8 +34,11 @@ from tests.integration.stack_support import (
     clean_environ,
     exchanges,
     run_stack,
+    serving,
     start_input,
 )
+from tests.integration.upstream import Upstream
+from tests.pgserver import ThrowawayPostgres
 
 APP = Path(__file__).resolve().parent / "apps" / "sqlalchemy_ledger"
 PYTHON = sys.executable
@@ -57,8 +65,9 @@ def payment(customer: str, kind: str = "cold") -> Request:
     )
 
 
-def overlay_env(version: str) -> dict[str, str]:
-    return {"PYTHONPATH": str(sqlalchemy_20_path())} if version == "2.0" else {}
+def overlay_env(version: str, *extra: Path) -> dict[str, str]:
+    folders = [*extra, *([sqlalchemy_20_path()] if version == "2.0" else [])]
+    return {"PYTHONPATH": os.pathsep.join(map(str, folders))} if folders else {}
 
 
 # What replay still lacks for these apps (issue 15, the replay side): connection-scope
@@ -163,3 +172,61 @@ def test_a_changed_query_parameter_diverges(run: StackRun, kind: str) -> None:
     [divergence] = result["divergences"]
     assert divergence["protocol"] == "pg"
     assert "USD" in json.dumps(divergence["got"]), divergence
+
+
+@pytest.mark.parametrize("version", ["2.0", "2.1"])
+def test_an_engine_on_pg8000_makes_every_capture_incomplete(version: str, tmp_path: Path) -> None:
+    """pg8000 is a PostgreSQL driver reproit-otel does not record: the failure is seen, its
+    effects are incomplete, and nothing is uploaded."""
+    postgres = ThrowawayPostgres()
+    ingest = ServedIngest(f"sqlite:///{tmp_path / 'ingest.db'}", "--api-key", KEY)
+    upstream = Upstream()
+    dump = tmp_path / "dump"
+    try:
+        postgres.start()
+        create_tables(clean_environ(DATABASE_URL=postgres.dsn))
+        env = {
+            "DATABASE_URL": postgres.dsn,
+            "UPSTREAM": upstream.base,
+            "LEDGER_DRIVER": "pg8000",
+            "OTEL_TRACES_EXPORTER": "reproit",
+            "OTEL_METRICS_EXPORTER": "none",
+            "OTEL_LOGS_EXPORTER": "none",
+            "REPROIT_ENDPOINT": f"{ingest.base_url}/v1/capture-batches",
+            "REPROIT_API_KEY": KEY,
+            "REPROIT_APP_ID": "pg8000",
+            "REPROIT_FLUSH_INTERVAL_MS": "100",
+            "REPROIT_DEBUG_DUMP": str(dump),
+            **overlay_env(version, pg8000_path()),
+        }
+        failing = payment("2b7e3c1a-5d4f-4e6a-8b9c-0d1e2f3a4b5c")
+        stack = Stack("pg8000", APP, SERVERS["flask-sqlalchemy"], failing, payment)
+        with serving(stack, env) as port:
+            assert failing.send(port).status_code == 500
+            operation = f"POST {failing.path.partition('?')[0]}"
+            deadline = time.monotonic() + 30
+            dumped: list[list[dict[str, object]]] = []
+            while not dumped and time.monotonic() < deadline:
+                dumped = [
+                    events
+                    for path in dump.glob("*.json")
+                    if (events := json.loads(path.read_text(encoding="utf-8")))[0]["operation"]
+                    == operation
+                ]
+                time.sleep(0.1)
+        [events] = dumped
+        returned = events[-1]
+        assert (returned["status"], returned["effectsComplete"]) == (500, False)
+        # The rates call is recorded; not one of the statements pg8000 ran is.
+        recorded = [e["exchange"]["protocol"] for e in events if e["kind"] == "effect"]
+        assert recorded == ["http"]
+        # The application has exited, its uploader with it: nothing reached the ingest.
+        listed = httpx.get(
+            f"{ingest.base_url}/v1/occurrences", headers={"authorization": f"Bearer {KEY}"}
+        ).json()
+        assert listed["occurrences"] == []
+    finally:
+        upstream.stop()
+        if postgres.data.exists():
+            postgres.stop()
+        ingest.stop()
