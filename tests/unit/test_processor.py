@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from opentelemetry import context as otel_context
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.sampling import Decision
@@ -157,6 +159,59 @@ def test_unrecorded_dependency_spans_make_effects_incomplete_with_their_reason(
         "tests.processor: SELECT shop": 1,
     }
     assert sum("effects of 'GET /x' are incomplete" in r.getMessage() for r in caplog.records) == 2
+
+
+def _sqlalchemy_statement(rig: Rig) -> Any:
+    """A statement span as SQLAlchemy's instrumentation makes it: started, never made current."""
+    tracer = rig.provider.get_tracer("opentelemetry.instrumentation.sqlalchemy")
+    return tracer.start_span("SELECT shop", kind=SpanKind.CLIENT, attributes={"db.system": "pg"})
+
+
+def _statement(library: str = "psycopg2") -> None:
+    recorder = recording.start_exchange(library)
+    assert recorder is not None
+    recorder.finish("read", resource="pg", key="SELECT 1", exchange=EXCHANGE)
+
+
+def test_a_database_exchange_beside_a_sqlalchemy_statement_span_covers_it(rig: Rig) -> None:
+    with rig.server():
+        span = _sqlalchemy_statement(rig)
+        _statement()
+        span.end()
+    assert rig.returned()["effectsComplete"] is True
+
+
+def test_a_sqlalchemy_span_is_not_covered_by_an_http_call_or_another_thread(rig: Rig) -> None:
+    with rig.server():
+        span = _sqlalchemy_statement(rig)
+        with rig.client("GET"):
+            record()  # an HTTP exchange beside it is no statement of the engine
+        context = otel_context.get_current()
+
+        def elsewhere() -> None:
+            token = attach(context)
+            try:
+                _statement()  # a statement of the same request, on another thread
+            finally:
+                detach(token)
+
+        worker = threading.Thread(target=elsewhere)
+        worker.start()
+        worker.join()
+        span.end()
+    assert rig.returned()["effectsComplete"] is False
+    assert rig.processor.stats()["incomplete_reasons"] == {"sqlalchemy: SELECT shop": 1}
+
+
+def test_a_covered_checkout_span_needs_no_exchange_of_its_own(rig: Rig) -> None:
+    tracer = rig.provider.get_tracer("opentelemetry.instrumentation.sqlalchemy")
+    with rig.server():
+        with tracer.start_as_current_span("connect", kind=SpanKind.CLIENT):
+            recording.cover_current_span()
+        with tracer.start_as_current_span("connect", kind=SpanKind.CLIENT):
+            pass
+    assert rig.returned()["effectsComplete"] is False
+    assert rig.processor.stats()["incomplete_reasons"] == {"sqlalchemy: connect": 1}
 
 
 def test_failed_exchanges_and_unrecordable_calls_give_their_reason(rig: Rig) -> None:
