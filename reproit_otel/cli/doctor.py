@@ -292,7 +292,14 @@ def _configuration(env: Mapping[str, str]) -> list[Finding]:
         found.append(Finding("warning", "configuration", "REPROIT_DISABLED=1: reproit-otel is off"))
     problem = config.capture_problem
     if problem is None:
-        found.append(Finding("ok", "configuration", f"captures upload to {config.endpoint}"))
+        found.append(
+            Finding(
+                "ok",
+                "configuration",
+                f"captures upload to {config.endpoint} (not contacted; --ping checks that it "
+                "answers and takes the key)",
+            )
+        )
     elif config.endpoint:
         found.append(Finding("error", "configuration", f"captures cannot upload: {problem}"))
     else:

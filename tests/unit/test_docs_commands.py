@@ -123,6 +123,7 @@ RUN_BY: dict[str, str] = {
     "missing",
     "pip install 'reproit-otel[otel,requests,psycopg2,replay,serve]'": PIP,
     "pip install 'reproit-otel[otel,requests,psycopg2]'": PIP,
+    "pip install 'reproit-otel[otel]'": PIP,
     "pip install 'reproit-otel[requests,psycopg2]'": PIP,
     "pip install opentelemetry-instrumentation-redis==0.66b1": "setup: an example of another "
     "library's instrumentation at the tested release; tests/unit/test_install_set.py checks "
