@@ -64,3 +64,12 @@ def test_the_release_the_quickstart_names_for_other_instrumentations_is_the_test
         in (" ".join(text.split()))
     )
     assert f"`opentelemetry-sdk` {constraints['opentelemetry-sdk']}" in " ".join(text.split())
+
+
+def test_the_compatibility_page_names_the_pinned_releases() -> None:
+    text = " ".join((ROOT / "docs" / "compatibility.md").read_text(encoding="utf-8").split())
+    constraints = _constraints()
+    assert (
+        f"OpenTelemetry SDK {constraints['opentelemetry-sdk']} and the "
+        f"{constraints['opentelemetry-instrumentation']} instrumentations"
+    ) in text
