@@ -45,8 +45,27 @@ do not speak): the operation then reports ``effectsComplete: false`` with that r
 
 Nothing here raises into the caller; failures are logged through :mod:`reproit_otel._guard`.
 The module holds no state of its own besides the pipeline that :func:`set_pipeline` installed
-(the span processor does so when it is created), the override pipeline and the registered
-secret values.
+(the span processor does so when it is created), the override pipeline, the registered
+secret values and the work finalizers handed over.
+
+Finalizers (the rule every recorder and the pipeline keep). The garbage collector runs
+finalizers (``__del__``, an ``io`` object's implicit ``close()``), weakref callbacks and
+``gc.callbacks`` on whichever thread happens to allocate, at any allocation, including one
+made inside a locked section of reproit-otel; signal handlers run between any two bytecodes
+of the main thread, and ``atexit`` handlers at interpreter exit. None of those of
+reproit-otel takes a lock, allocates under a lock it could re-enter, or calls into the
+pipeline synchronously: a finalizer that has work for the pipeline (an abandoned streamed
+response whose exchange must be finished) passes it to :func:`hand_over`, which appends to a
+``collections.deque`` (``append`` and ``popleft`` are atomic and take no lock), and the work
+runs at the next hook that holds no lock (:func:`settle_handed_over`: the next
+:func:`start_exchange`, the next operation's begin and every operation's finish). Finalizers
+do that or nothing.
+
+Locks here. ``_secrets_lock`` only orders concurrent :func:`register_secret_values` calls;
+nothing under it allocates more than a tuple of the values, logs, or calls out, and readers
+never take it (they read the tuple that is replaced whole). A finalizer, signal or logging
+handler that re-entered :func:`register_secret_values` on a thread inside it is the only way
+it could block on itself, and none of ours does.
 
 An *override* pipeline (:func:`set_override_pipeline`) is consulted before the installed one:
 the CI pytest plugin installs one so that, while a test runs, every exchange belongs to that
@@ -56,6 +75,7 @@ override has no live operation (between tests) the installed pipeline is asked a
 
 from __future__ import annotations
 
+import collections
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
@@ -75,6 +95,8 @@ __all__ = [
     "clear_pipeline",
     "cover_current_span",
     "current_pipeline",
+    "hand_over",
+    "handed_over",
     "is_suppressed",
     "mark_incomplete",
     "recording_enabled",
@@ -82,6 +104,7 @@ __all__ = [
     "registered_secret_values",
     "set_override_pipeline",
     "set_pipeline",
+    "settle_handed_over",
     "start_exchange",
 ]
 
@@ -302,12 +325,50 @@ def recording_enabled() -> bool:
     return False
 
 
+# Only append and popleft are used on it: both are atomic under the GIL and take no lock.
+handed_over: collections.deque[Callable[[], object]] = collections.deque()
+"""The work finalizers handed over (see "Finalizers" in the module docstring), oldest first.
+
+Read-only for callers: a hook tests ``if handed_over:`` (no call) before it calls
+:func:`settle_handed_over`."""
+
+
+def hand_over(work: Callable[[], object]) -> None:
+    """Run ``work()`` later, at the next hook that holds no lock; for finalizers.
+
+    Takes no lock and never blocks, so it is safe from a finalizer, a weakref callback or a
+    signal handler running on a thread that is inside a locked section of reproit-otel.
+    ``work`` must not raise (what it raises is logged by the guard).
+    """
+    handed_over.append(work)
+
+
+def settle_handed_over() -> None:
+    """Run the work finalizers handed over, oldest first, on this thread.
+
+    Callers: the pipeline's hooks, at a point where this thread holds no lock of
+    reproit-otel (the work takes the locks of the operation it finishes).
+    """
+    while handed_over:
+        try:
+            work = handed_over.popleft()
+        except IndexError:  # another thread took the last one
+            return
+        try:
+            work()
+        except Exception as exc:
+            absorb("recording.handed_over", exc)
+
+
 def start_exchange(library: str) -> ExchangeRecorder | None:
     """Begin recording one call of ``library`` (``"requests"``, ``"psycopg2"``, ...).
 
     Returns ``None`` when nothing records this call (see the module docstring); that answer
-    costs a few attribute reads when no operation is being recorded.
+    costs a few attribute reads when no operation is being recorded. Work that finalizers
+    handed over (:func:`hand_over`) is settled first.
     """
+    if handed_over:
+        settle_handed_over()
     pipeline = _pipeline
     override = _override
     try:

@@ -32,13 +32,25 @@ what is recorded is what was seen when it was seen.
 The reads of one response go through one small :class:`_BodyReads` object whose bound
 methods are set on that response; it is taken off again when the recording finishes, so a
 response read to its end or closed leaves no reference cycle behind.
+
+Finalizers and locks. A stream the application drops before its end is freed by the cyclic
+garbage collector, which runs the response's finalizer (``io``'s implicit ``close()``, our
+tap) and :meth:`_BodyReads.__del__` on whichever thread allocates, possibly one inside a
+locked section of the pipeline (a trace being built, the processor evicting). Neither
+finishes the exchange there: both pass the finish to :func:`reproit_otel.recording.hand_over`
+(a lock-free deque), and the next hook settles it (the rule is written out in
+``recording.py``). A ``close()`` is told to come from the collector by the weak reference to
+the response: the collector clears weak references to what it is about to finalize before
+it runs any finalizer, while a ``close()`` the application makes finds it alive. This module
+takes no lock: a response that ends in two threads at once (a read and a close) is finished
+once through a one-item token that ``list.pop`` (atomic) hands to exactly one of them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
-import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypedDict
 from urllib.parse import urlsplit
@@ -48,7 +60,7 @@ from urllib3.response import HTTPResponse
 
 from reproit_otel._guard import absorb, guarded
 from reproit_otel.instrumentation._exceptions import exception_type_name
-from reproit_otel.recording import ExchangeRecorder, Unrecordable
+from reproit_otel.recording import ExchangeRecorder, Unrecordable, hand_over
 from reproit_otel.wire._js import utf8_bytes
 from reproit_otel.wire.body_redaction import redact_text_body
 from reproit_otel.wire.bounds import (
@@ -328,9 +340,6 @@ def _header_pairs(items: Iterable[tuple[Any, Any]]) -> list[tuple[str, str]]:
 
 # ------------------------------------------------------------------------------ the call
 
-# Makes "finish once" one step: a body can end in two threads at once (a read and a close).
-_finishing = threading.Lock()
-
 
 class RecordedCall:
     """One ``HTTPAdapter.send`` being recorded: what was seen of it, and its exchange.
@@ -353,6 +362,7 @@ class RecordedCall:
         "_response_headers",
         "_response_type",
         "_status",
+        "_unfinished",
         "_url",
     )
 
@@ -377,6 +387,9 @@ class RecordedCall:
         self._error: ErrorFields | None = None
         self._reads: _BodyReads | None = None
         self._done = False
+        # "Finish once" in one step with no lock: a body can end in two threads at once (a
+        # read and a close), and whoever pops the token finishes (list.pop is atomic).
+        self._unfinished = [True]
 
     @property
     def resource(self) -> str:
@@ -405,6 +418,7 @@ class RecordedCall:
     def failed(self, error: BaseException) -> None:
         """The transport raised ``error``: record it as the response."""
         self._error = describe_error(error)
+        self._unfinished.clear()
         self._done = True
         recorder, self._recorder = self._recorder, None
         if recorder is not None:
@@ -435,10 +449,11 @@ class RecordedCall:
 
     def finish(self, error: BaseException | None = None) -> None:
         """The body ended (or broke off with ``error``): hand the exchange over, once."""
-        with _finishing:
-            if self._done:
-                return
-            self._done = True
+        try:
+            self._unfinished.pop()
+        except IndexError:
+            return
+        self._done = True
         recorder, self._recorder = self._recorder, None
         reads, self._reads = self._reads, None
         if recorder is None:
@@ -550,11 +565,13 @@ class _BodyReads:
     While the taps are set the response, this object and the call form a reference cycle;
     the call's finish removes the taps and lets go of this object, so reference counting
     frees the response. Only a stream neither read to its end nor closed is left to the cyclic
-    collector, and the call is finished when it is collected (the response's own finalizer
-    closes it, and :meth:`__del__` covers any other body object).
+    collector, and the call is finished after it is collected: the response's own finalizer
+    closes it and :meth:`__del__` covers any other body object, and both only hand the finish
+    over (:func:`~reproit_otel.recording.hand_over`), never finish on the collector's thread.
     """
 
     __slots__ = (
+        "_alive",
         "_call",
         "_chunked",
         "_close",
@@ -572,6 +589,10 @@ class _BodyReads:
         self._depth = 0  # reads under way: a read inside a read passes through
         self._close_pending = False
         self._previous: dict[str, Any] | None = None  # instance attributes the taps replaced
+        try:  # dead once the collector is finalizing the response: see _collected()
+            self._alive: Any = weakref.ref(raw)
+        except TypeError:  # a body object without weak references: every close hands over
+            self._alive = None
         own = raw.__dict__
         if raw.__class__ is HTTPResponse and not (
             "read" in own or "read1" in own or "read_chunked" in own or "close" in own
@@ -621,9 +642,17 @@ class _BodyReads:
                     del own[name]
 
     def __del__(self) -> None:
+        # Collected before its end: the bytes read so far are the body. A finalizer runs on
+        # whatever thread allocates, maybe inside a locked section: it only hands over.
         call = self._call
-        if not call._done:  # collected before its end: the bytes read so far are the body
-            call.finish()
+        if not call._done:
+            hand_over(call.finish)
+
+    def _collected(self) -> bool:
+        """True when the collector is finalizing the response: it clears the weak references
+        to what it finalizes before running any finalizer."""
+        alive = self._alive
+        return alive is None or alive() is None
 
     def read(self, *args: Any, **kwargs: Any) -> Any:
         return self._reading(self._read, args, kwargs)
@@ -698,5 +727,7 @@ class _BodyReads:
         finally:
             if self._depth:
                 self._close_pending = True
+            elif self._collected():  # the response's finalizer: never finish on its thread
+                hand_over(self._call.finish)
             else:
                 self._call.finish()
