@@ -35,6 +35,20 @@ and the operation is not handed off, because its ``effectsComplete: true`` would
 be true.
 
 Every method is safe to call from any thread; state changes happen under the operation's lock.
+
+Locks. The operation's lock is a plain ``threading.Lock``. Lock order: operation, then the
+trace's (the operation pushes under its own lock), then the processor's (stats); the
+processor never takes an operation's lock while holding its own. Under the operation's lock
+nothing logs, builds, redacts or scrubs, and no code of the application or of another
+library runs: reasons met under it are queued and reported to the processor (which counts
+and logs them) after it is released, deferred exchanges and the output are built and
+scrubbed before :meth:`Operation.finish` takes it, the ``return`` event is pushed after the
+operation is closed under it, and a noted exception is redacted into the output with it
+released. A finalizer never reaches it: reproit-otel's own only hand work over
+(``recording.py``, "Finalizers"), and :meth:`Operation.finish` settles that work before it
+takes the lock. So no hook of ours can wait on this lock on a thread that already holds it
+(a re-entrant lock would only have let such a hook change the operation half way through a
+finish).
 """
 
 from __future__ import annotations
@@ -48,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import SpanKind
 
+from reproit_otel import recording
 from reproit_otel._guard import guarded
 from reproit_otel.errors import TraceError
 from reproit_otel.recording import DeferredExchange, Unrecordable
@@ -199,6 +214,9 @@ class Operation:
         # per operation instead of one per exchange); see take_tally().
         self._started = self._recorded = self._lost = self._failed = 0
         self.late = False
+        # Set under the lock when finish() decides effectsComplete: from then on exchanges
+        # and spans are late. ``finished`` follows once the return event is pushed.
+        self._closed = False
         self.finished = False
         self.span_ended = False
         self.handed_off = False
@@ -206,13 +224,16 @@ class Operation:
         self.status: int | None = None
         self.error: dict[str, Any] | None = None
         """The exception the request raised (``wire.exception``), once one was noted."""
+        self._error_attached = False
         # Reasons met while building deferred exchanges; taken over at the finish.
         self._build_failures: list[str] = []
         self._effects_never = effects_never
         self._secrets = secrets
         self._on_ready = on_ready
         self._on_reason = on_reason
-        self._lock = threading.RLock()
+        # Reasons met under the lock, reported to the processor once it is released.
+        self._unreported: list[str] = []
+        self._lock = threading.Lock()
         # Open spans of _BESIDE_LIBRARIES by thread, innermost last.
         self._beside: dict[int, list[SpanRecord]] = {}
 
@@ -220,17 +241,23 @@ class Operation:
 
     def add_span(self, record: SpanRecord) -> bool:
         """Track a span of this operation; False when the table is full (then incomplete)."""
-        with self._lock:
-            if len(self.spans) >= self.max_spans:
-                self._reason_locked(f"too many spans to track (limit {self.max_spans})")
-                return False
-            self.spans[record.span_id] = record
-            if record.dependency:
-                if self.finished:
-                    self._late_locked(f"{record.library}: {record.name} started after the response")
-                if record.library in _BESIDE_LIBRARIES:
-                    self._beside.setdefault(threading.get_ident(), []).append(record)
-            return True
+        try:
+            with self._lock:
+                if len(self.spans) >= self.max_spans:
+                    self._reason_locked(f"too many spans to track (limit {self.max_spans})")
+                    return False
+                self.spans[record.span_id] = record
+                if record.dependency:
+                    if self._closed:
+                        self._late_locked(
+                            f"{record.library}: {record.name} started after the response"
+                        )
+                    if record.library in _BESIDE_LIBRARIES:
+                        self._beside.setdefault(threading.get_ident(), []).append(record)
+                return True
+        finally:
+            if self._unreported:
+                self._report()
 
     def _covered(self, record: SpanRecord) -> bool:
         if record.exchange in (ExchangeState.PENDING, ExchangeState.DONE):
@@ -262,24 +289,28 @@ class Operation:
         A span that was no dependency at its start is asked again (its attributes may have
         changed since).
         """
-        with self._lock:
-            record = self.spans.get(span_id)
-            if record is None:
-                return
-            record.ended = True
-            if self._beside:
-                self._close_beside_locked(record)
-            if not record.dependency:
-                record.dependency = is_dependency_span(span)
-            if not record.dependency or self._covered(record):
-                return
-            if record.exchange is ExchangeState.FAILED:
-                return  # the failure already gave its reason
-            reason = f"{record.library}: {record.name}"
-            if self.finished:
-                self._late_locked(reason)
-            else:
-                self._reason_locked(reason)
+        try:
+            with self._lock:
+                record = self.spans.get(span_id)
+                if record is None:
+                    return
+                record.ended = True
+                if self._beside:
+                    self._close_beside_locked(record)
+                if not record.dependency:
+                    record.dependency = is_dependency_span(span)
+                if not record.dependency or self._covered(record):
+                    return
+                if record.exchange is ExchangeState.FAILED:
+                    return  # the failure already gave its reason
+                reason = f"{record.library}: {record.name}"
+                if self._closed:
+                    self._late_locked(reason)
+                else:
+                    self._reason_locked(reason)
+        finally:
+            if self._unreported:
+                self._report()
 
     def _close_beside_locked(self, record: SpanRecord) -> None:
         for thread, records in list(self._beside.items()):
@@ -311,28 +342,32 @@ class Operation:
     def bind_exchange(self, span_id: int | None, library: str | None = None) -> ExchangeBinding:
         """Start an exchange of ``library`` bound to ``span_id`` (the current span), pending
         until it ends."""
-        with self._lock:
-            target: SpanRecord | None = None
-            if span_id is not None and span_id != self.root_span_id:
-                target = self._dependency_ancestor(span_id)
-            binding = ExchangeBinding(self, span_id, target.span_id if target else None)
-            if target is not None and target.exchange is ExchangeState.NONE:
-                target.exchange = ExchangeState.PENDING
-            if self._beside and library in _DATABASE_RECORDERS:
-                records = self._beside.get(threading.get_ident())
-                beside = records[-1] if records else None
-                if (
-                    beside is not None
-                    and beside is not target
-                    and beside.exchange is ExchangeState.NONE
-                ):
-                    beside.exchange = ExchangeState.PENDING
-                    binding.beside = beside.span_id
-            self.pending += 1
-            self._started += 1
-            if self.finished:
-                self._late_locked("an exchange started after the response")
-            return binding
+        try:
+            with self._lock:
+                target: SpanRecord | None = None
+                if span_id is not None and span_id != self.root_span_id:
+                    target = self._dependency_ancestor(span_id)
+                binding = ExchangeBinding(self, span_id, target.span_id if target else None)
+                if target is not None and target.exchange is ExchangeState.NONE:
+                    target.exchange = ExchangeState.PENDING
+                if self._beside and library in _DATABASE_RECORDERS:
+                    records = self._beside.get(threading.get_ident())
+                    beside = records[-1] if records else None
+                    if (
+                        beside is not None
+                        and beside is not target
+                        and beside.exchange is ExchangeState.NONE
+                    ):
+                        beside.exchange = ExchangeState.PENDING
+                        binding.beside = beside.span_id
+                self.pending += 1
+                self._started += 1
+                if self._closed:
+                    self._late_locked("an exchange started after the response")
+                return binding
+        finally:
+            if self._unreported:
+                self._report()
 
     def adopt(self, binding: ExchangeBinding, record: SpanRecord) -> None:
         """A dependency span started directly under a pending exchange with no span yet."""
@@ -367,62 +402,91 @@ class Operation:
             exchange = scrub_exact_bytes(scrub_value(exchange, secrets), secrets)
             resource = None if resource is None else scrub_secret_values(resource, secrets)
             key = None if key is None else scrub_secret_values(key, secrets)
-        with self._lock:
-            if not self._arrived_locked(binding):
-                return
-            try:
-                self.trace.effect(
-                    effect,
-                    resource=UNSET if resource is None else resource,
-                    key=UNSET if key is None else key,
-                    exchange=exchange,
-                )
-            except TraceError as exc:
-                self._reason_locked(f"exchange not recorded: {exc.code}")
-                return
-            self._recorded_locked()
+        self._push_built(binding, effect, resource, key, exchange)
+
+    def _push_built(
+        self,
+        binding: ExchangeBinding,
+        effect: str,
+        resource: str | None,
+        key: str | None,
+        exchange: dict[str, Any],
+    ) -> None:
+        """Push a built, scrubbed exchange: redacted first, pushed under the lock."""
+        fields: dict[str, Any] | None = None
+        error: str | None = None
+        try:
+            fields = self.trace.effect_fields(
+                effect,
+                resource=UNSET if resource is None else resource,
+                key=UNSET if key is None else key,
+                exchange=exchange,
+            )
+        except TraceError as exc:
+            error = exc.code
+        try:
+            with self._lock:
+                if not self._arrived_locked(binding):
+                    return
+                if fields is not None:
+                    try:
+                        self.trace.push_effect_fields(fields)
+                    except TraceError as exc:
+                        error = exc.code
+                if error is not None:
+                    self._reason_locked(f"exchange not recorded: {error}")
+                    return
+                self._recorded_locked()
+        finally:
+            if self._unreported:
+                self._report()
 
     def exchange_deferred(
         self, binding: ExchangeBinding, effect: str, build: DeferredExchange, library: str
     ) -> None:
         """Push the exchange ``build()`` gives, built now (scan) or when wanted (capture)."""
-        with self._lock:
-            if not self._arrived_locked(binding):
+        if self.scan:  # built and redacted now, before the lock
+            built = _build(build, library, self._secrets(), self._build_failures)
+            if built is not None:
+                self._push_built(binding, effect, *built)
                 return
             try:
-                if self.scan:
-                    built = _build(build, library, self._secrets(), self._build_failures)
-                    if built is None:
+                with self._lock:
+                    if self._arrived_locked(binding):
                         self._take_build_failures_locked()
-                        return
-                    resource, key, exchange = built
-                    self.trace.effect(
-                        effect,
-                        resource=UNSET if resource is None else resource,
-                        key=UNSET if key is None else key,
-                        exchange=exchange,
-                    )
-                else:
-                    # The builder must not hold the operation: the trace would then be part of
-                    # a reference cycle, left to the cyclic garbage collector. Secret values
-                    # are read when it runs (registered ones included), as for the output.
+            finally:
+                if self._unreported:
+                    self._report()
+            return
+        try:
+            with self._lock:
+                if not self._arrived_locked(binding):
+                    return
+                try:
+                    # The builder must not hold the operation: the trace would then be part
+                    # of a reference cycle, left to the cyclic garbage collector. Secret
+                    # values are read when it runs (registered ones included), as for the
+                    # output.
                     self.trace.defer_effect(
                         effect,
                         functools.partial(
                             _build, build, library, self._secrets, self._build_failures
                         ),
                     )
-            except TraceError as exc:
-                self._reason_locked(f"exchange not recorded: {exc.code}")
-                return
-            self._recorded_locked()
+                except TraceError as exc:
+                    self._reason_locked(f"exchange not recorded: {exc.code}")
+                    return
+                self._recorded_locked()
+        finally:
+            if self._unreported:
+                self._report()
 
     def _arrived_locked(self, binding: ExchangeBinding) -> bool:
         """An exchange finished: settle it; True when it may still be pushed as an effect."""
         self._lost += 1  # until it is recorded
         if not self._settle(binding, ExchangeState.DONE):
             return False
-        if self.finished or self.evicted:
+        if self._closed or self.evicted:
             self._late_locked("an exchange finished after the response")
             return False
         return True
@@ -442,7 +506,7 @@ class Operation:
                 "exchanges_failed": self._failed,
             }
             self._started = self._recorded = self._lost = self._failed = 0
-            return {name: count for name, count in tally.items() if count}
+        return {name: count for name, count in tally.items() if count}
 
     def _take_build_failures_locked(self) -> None:
         while self._build_failures:
@@ -458,34 +522,53 @@ class Operation:
 
     def exchange_failed(self, binding: ExchangeBinding, reason: str) -> None:
         """The exchange could not be recorded; effects become incomplete with ``reason``."""
-        with self._lock:
-            self._failed += 1
-            if not self._settle(binding, ExchangeState.FAILED):
-                return
-            if self.finished:
-                self._late_locked(reason)
-            else:
-                self._reason_locked(reason)
+        try:
+            with self._lock:
+                self._failed += 1
+                if not self._settle(binding, ExchangeState.FAILED):
+                    return
+                if self._closed:
+                    self._late_locked(reason)
+                else:
+                    self._reason_locked(reason)
+        finally:
+            if self._unreported:
+                self._report()
 
     def mark_incomplete(self, reason: str) -> None:
         """An unrecordable call happened in this operation."""
-        with self._lock:
-            if self.finished:
-                self._late_locked(reason)
-            else:
-                self._reason_locked(reason)
+        try:
+            with self._lock:
+                if self._closed:
+                    self._late_locked(reason)
+                else:
+                    self._reason_locked(reason)
+        finally:
+            if self._unreported:
+                self._report()
 
     # -- completeness -----------------------------------------------------------------------
 
     def _reason_locked(self, reason: str) -> None:
         if reason not in self.reasons and len(self.reasons) < MAX_INCOMPLETE_REASONS:
             self.reasons.append(reason)
-            self._on_reason(self, reason)
+            self._unreported.append(reason)
 
     def _late_locked(self, reason: str) -> None:
         if not self.late:
             self.late = True
-            self._on_reason(self, f"after the response: {reason}")
+            self._unreported.append(f"after the response: {reason}")
+
+    def _report(self) -> None:
+        """Report the reasons queued under the lock to the processor (it counts and logs
+        them), with the lock released."""
+        unreported = self._unreported
+        while unreported:
+            try:
+                reason = unreported.pop(0)  # atomic: two threads never report one reason twice
+            except IndexError:
+                return
+            self._on_reason(self, reason)
 
     def open_dependency_reasons(self) -> list[str]:
         """Reasons from dependency spans still open (or exchanges pending) right now."""
@@ -528,15 +611,27 @@ class Operation:
             if self.error is not None or self.handed_off or self.evicted:
                 return
             self.error = error
-            if not self.finished or self.scan:
+            if not self._closed:
+                return  # finish() attaches it
+        self._amend_output(error)
+
+    def _amend_output(self, error: dict[str, Any]) -> None:
+        """Add ``error`` to a finished failing capture's ``return`` output, once; the amended
+        output is redacted with no lock held and published under the lock."""
+        status = self.status
+        if self.scan or status is None or status < 500 or not self.finished:
+            return  # not a failure's capture, or finish() has yet to push the return event
+        returned = self.trace.return_event
+        if returned is None:
+            return
+        before = returned.get("output")
+        # A failure's output was built at the finish (it is wanted), so it is final.
+        amended = redact(output_with_error(before, error))
+        with self._lock:
+            if self._error_attached or self.handed_off or returned.get("output") is not before:
                 return
-            status = self.status
-            if status is None or status < 500:
-                return
-            returned = self.trace.return_event
-            if returned is not None:
-                # A failure's output was built at the finish (it is wanted), so it is final.
-                returned["output"] = redact(output_with_error(returned.get("output"), error))
+            self._error_attached = True
+            returned["output"] = amended
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -553,45 +648,71 @@ class Operation:
         does nothing. Hands the operation off when its server span has already ended.
         ``output_factory`` gives the output instead of ``output``; a healthy capture calls it
         only if its events are read.
+
+        Work finalizers handed over is settled first (an abandoned stream collected during
+        the request is an exchange of it). What is built (deferred exchanges, the output) is
+        built before the lock is taken; the lock only decides ``effectsComplete`` and closes
+        the operation, and the ``return`` event is pushed after it is released.
         """
-        with self._lock:
-            if self.finished or self.evicted:
-                return
-            wanted = self.scan or self._wanted(status)
-            if wanted and self.trace.deferred_count:
-                self.trace.materialize()
-                self._take_build_failures_locked()
-            still_open = self._open_dependency_reasons_locked()
-            for reason in still_open:
-                self._reason_locked(reason)
-            # effects_complete(), without listing the open spans a second time.
-            complete = not self._effects_never and not self.reasons and not still_open
-            self.status = status
-            deferred_output: Callable[[], Any] | None = None
-            if output_factory is not None:
-                if wanted:
-                    output = _guarded_output(output_factory, self._secrets)()
-                else:
-                    deferred_output = _guarded_output(output_factory, self._secrets)
-            elif output is not None:
-                secrets = self._secrets()
-                if secrets:
-                    output = scrub_value(output, secrets)
-            if self.error is not None and not self.scan and status is not None and status >= 500:
-                output = output_with_error(output, self.error)
-            try:
-                self.trace.finish(
-                    output,
-                    UNSET if status is None else status,
-                    status is not None and status < 500,
-                    complete,
-                    output_factory=deferred_output,
-                )
-            except TraceError as exc:
+        if recording.handed_over:
+            recording.settle_handed_over()
+        if self._closed or self.evicted:
+            return
+        wanted = self.scan or self._wanted(status)
+        deferred_output: Callable[[], Any] | None = None
+        if output_factory is not None:
+            if wanted:
+                output = _guarded_output(output_factory, self._secrets)()
+            else:
+                deferred_output = _guarded_output(output_factory, self._secrets)
+        elif output is not None:
+            secrets = self._secrets()
+            if secrets:
+                output = scrub_value(output, secrets)
+        failure = not self.scan and status is not None and status >= 500
+        try:
+            while True:
+                if wanted and self.trace.deferred_count:
+                    self.trace.materialize()  # no lock held: builders redact and allocate
+                with self._lock:
+                    if self._closed or self.evicted:
+                        return
+                    if wanted and self.trace.deferred_count:
+                        continue  # an exchange arrived meanwhile: build it too
+                    if self._build_failures:
+                        self._take_build_failures_locked()
+                    still_open = self._open_dependency_reasons_locked()
+                    for reason in still_open:
+                        self._reason_locked(reason)
+                    # effects_complete(), without listing the open spans a second time.
+                    complete = not self._effects_never and not self.reasons and not still_open
+                    self.status = status
+                    error = self.error if failure else None
+                    self._error_attached = error is not None
+                    self._closed = True
+                    break
+        finally:
+            if self._unreported:
+                self._report()
+        if error is not None:
+            output = output_with_error(output, error)
+        try:
+            self.trace.finish(
+                output,
+                UNSET if status is None else status,
+                status is not None and status < 500,
+                complete,
+                output_factory=deferred_output,
+            )
+        except TraceError as exc:
+            with self._lock:
                 self._reason_locked(f"operation not finished: {exc.code}")
-            self.finished = True
-            ready = self.span_ended
-        if ready:
+            if self._unreported:
+                self._report()
+        self.finished = True
+        if failure and self.error is not None and not self._error_attached:
+            self._amend_output(self.error)  # noted while the return event was being pushed
+        if self.span_ended:
             self._on_ready(self)
 
     def end_root(self) -> bool:

@@ -26,6 +26,28 @@ does no network I/O, and its tables are bounded: at most :data:`MAX_OPERATIONS` 
 operations, each evicted after :data:`OPERATION_TTL_S` seconds if its server span never ends.
 Concurrent requests (threads, asyncio tasks) are kept apart by their span ids.
 
+Locks and finalizers. No finalizer, weakref callback, signal, ``atexit`` or GC callback of
+reproit-otel takes a lock, allocates under a lock it could re-enter, or calls into the
+pipeline: the collector runs finalizers on whichever thread allocates, possibly inside one of
+the locked sections below. Finalizers hand their work over through
+:func:`reproit_otel.recording.hand_over` (a lock-free deque) or do nothing; the processor
+settles it when a server span begins, recorders when a call starts, an operation when it
+finishes, all with no lock held. The locks the application's threads take on the capture
+side, and why none can be waited on by a thread that already holds it:
+
+* the processor's lock (``_lock``, plain): the operation tables and the statistics. Taken last
+  (after an operation's lock, never before one); under it only dict and counter updates run:
+  no logging (:meth:`_note_reason` and the eviction warning log after releasing it), no
+  redaction, no call into an operation, a sink or the application. ``_evict_locked`` only
+  unlinks the evicted operations and marks them; their tallies and the warning follow after
+  the release;
+* an operation's lock and its trace's lock: see ``operation.py`` and ``wire/trace.py``;
+* ``_guard``'s counter lock: a counter update, the log line is written after it;
+* ``recording._secrets_lock``: see ``recording.py``;
+* the uploader's condition (``uploader.py``): taken by :meth:`OperationSink.submit` after
+  every lock above is released;
+* ``_requests_record``: no lock (a one-item token finishes a call once).
+
 Debugging: :class:`DebugDumpSink` writes every handed-off operation's events as canonical JSON
 to ``<directory>/<traceId>.json`` (``REPROIT_DEBUG_DUMP=<directory>``).
 """
@@ -399,6 +421,8 @@ class ReproitSpanProcessor(SpanProcessor):
                         operation.adopt(binding, record)
             return
         if (self.capture or self.config.scan) and span.kind is SpanKind.SERVER:
+            if recording.handed_over:  # what finalizers handed over: no lock is held here
+                recording.settle_handed_over()
             context = span.context
             self._begin(span, context.trace_id, context.span_id)
 

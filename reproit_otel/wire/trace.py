@@ -58,6 +58,20 @@ operation holds at most 256 unbuilt events.
 (there, a ``return`` event whose output is still deferred shows ``output: null``). A deferred
 effect must never be an agent oracle marker (recorders' effects never are), so the ``return``
 event and any oracle marker are always among the settled events.
+
+Locks. A trace has one plain lock, taken by every push and every read of its event list.
+Under it a push stamps the entry (sequence, clocks) and appends it; a read copies the list.
+Nothing under it builds, redacts, encodes or logs: fields are built before a push takes it,
+and deferred events are built with no lock held and published under it afterwards (an entry
+published meanwhile by another reader is left as that reader built it, so two threads reading
+at the same moment may both build it, and one result is kept). The lock is never held while
+code outside this module runs, so no finalizer, logging handler or nested instrumentation can
+run our hooks on a thread that holds it except through a collection landing on one of those
+few small allocations, and reproit-otel's own finalizers never push (they hand over, see
+``reproit_otel/recording.py``). The clocks read under it are ``time.time_ns`` and
+``time.monotonic_ns`` (pinned by a replay's envelope, they still take no lock of ours) or
+the ``wall_ms``/``mono_ns`` callables given to :meth:`BackendTrace.begin`, which must not
+touch the trace.
 """
 
 from __future__ import annotations
@@ -563,12 +577,13 @@ class BackendTrace:
 
         Builds any deferred event first.
         """
-        with self._lock:
-            if self._unjoined is not None:
-                self._join_return_locked()
-            if self._deferred:
-                self._materialize_locked()
-            return cast(list[TraceEvent], list(self._events))  # none is deferred now
+        while True:
+            with self._lock:
+                if self._unjoined is not None:
+                    self._join_return_locked()
+                if not self._deferred:
+                    return cast(list[TraceEvent], list(self._events))  # none is deferred
+            self._materialize()
 
     def settled_events(self) -> list[TraceEvent]:
         """The events built so far, in push order, leaving deferred events unbuilt.
@@ -606,12 +621,17 @@ class BackendTrace:
         return self._deferred
 
     def materialize(self) -> None:
-        """Build every deferred event now (the capture pipeline calls it for a failure)."""
+        """Build every deferred event now (the capture pipeline calls it for a failure).
+
+        The builders and the redaction run outside the trace's lock (see "Locks" above), so
+        an event deferred meanwhile by another thread may still be deferred on return.
+        """
         with self._lock:
             if self._unjoined is not None:
                 self._join_return_locked()
-            if self._deferred:
-                self._materialize_locked()
+            if not self._deferred:
+                return
+        self._materialize()
 
     @property
     def finished(self) -> bool:
@@ -663,9 +683,38 @@ class BackendTrace:
         """
         if self._finished:
             raise TraceError("AlreadyFinished")
+        self.push_effect_fields(
+            self.effect_fields(
+                kind,
+                resource=resource,
+                key=key,
+                tenant=tenant,
+                event=event,
+                detail=detail,
+                exchange=exchange,
+            )
+        )
+
+    def effect_fields(
+        self,
+        kind: Any,
+        *,
+        resource: Any = UNSET,
+        key: Any = UNSET,
+        tenant: Any = UNSET,
+        event: Any = UNSET,
+        detail: Any = UNSET,
+        exchange: Any = UNSET,
+    ) -> dict[str, Any]:
+        """The fields :meth:`effect` would push, redacted, without pushing them.
+
+        Internal: the capture pipeline redacts with no lock held, then pushes the fields with
+        :meth:`push_effect_fields` under its own lock. Raises ``TraceError``
+        ``InvalidOperation`` for a kind not in :data:`EFFECT_KINDS`.
+        """
         if not isinstance(kind, str) or kind not in EFFECT_KINDS:
             raise TraceError("InvalidOperation")
-        fields = _effect_fields(
+        return _effect_fields(
             kind,
             resource=resource,
             key=key,
@@ -674,6 +723,14 @@ class BackendTrace:
             detail=detail,
             exchange=exchange,
         )
+
+    def push_effect_fields(self, fields: dict[str, Any]) -> None:
+        """Push an ``effect`` event with ``fields`` from :meth:`effect_fields` (internal).
+
+        Raises ``TraceError`` ``AlreadyFinished`` or ``TooManyEvents`` as :meth:`effect`.
+        """
+        if self._finished:
+            raise TraceError("AlreadyFinished")
         if fields.get("resource") == ORACLE_MARKER_RESOURCE:
             self._marker_pushed = True
         self._push("effect", fields)
@@ -776,10 +833,11 @@ class BackendTrace:
         return encoded.decode("ascii")
 
     def _push(self, kind: str, fields: Mapping[str, Any]) -> TraceEvent:
+        common = self._common_now()  # built, if deferred, before the lock
         with self._lock:
             if len(self._events) >= self._max_events:
                 raise TraceError("TooManyEvents")
-            event: TraceEvent = dict(self._common_now())
+            event: TraceEvent = dict(common)
             event["sequence"] = next(_sequence)
             event["kind"] = kind
             event.update(fields)
@@ -861,30 +919,47 @@ class BackendTrace:
         if pending is not None and pending[0] is None:
             self._pending_output = (event, pending[1])
 
-    def _materialize_locked(self) -> None:
-        """Build every deferred event in place (lock held); a ``None`` build drops its event.
+    def _materialize(self) -> None:
+        """Build the events deferred so far and put them in their places; a ``None`` build
+        drops its event.
 
-        Builders must not raise (the pipeline guards its own); if one does, the exception
-        propagates and the trace is left as it was.
+        The entries are listed under the lock, built (and redacted) with no lock held, and
+        published under it again: an entry another reader published meanwhile is left as
+        that reader built it, one deferred meanwhile stays deferred. Builders must not raise
+        (the pipeline guards its own); if one does, the exception propagates and the trace is
+        left as it was.
         """
-        self._join_return_locked()
-        built: list[TraceEvent | _Deferred] = []
-        for entry in self._events:
-            if not isinstance(entry, _Deferred):
-                built.append(entry)
-                continue
+        with self._lock:
+            self._join_return_locked()
+            entries = [entry for entry in self._events if type(entry) is _Deferred]
+            pending = self._pending_output
+        built: dict[int, TraceEvent | None] = {}
+        for entry in entries:
             fields = entry.build()
-            if fields is None:
-                continue
-            built.append(self._event_of(entry, fields))
-        pending = self._pending_output
+            built[id(entry)] = None if fields is None else self._event_of(entry, fields)
+        output: Any = UNSET
         if pending is not None:
-            returned, factory = pending
-            assert returned is not None  # joined above
-            returned["output"] = redact(factory())  # same key, so the same place
-            self._pending_output = None
-        self._events = built
-        self._deferred = 0
+            output = redact(pending[1]())
+        with self._lock:
+            events: list[TraceEvent | _Deferred] = []
+            deferred = 0
+            for item in self._events:
+                # ``entries`` keeps every listed entry alive, so an id names one of them.
+                if type(item) is _Deferred:
+                    if id(item) in built:
+                        event = built[id(item)]
+                        if event is not None:
+                            events.append(event)
+                        continue
+                    deferred += 1
+                events.append(item)
+            if pending is not None and self._pending_output is pending:
+                returned = pending[0]
+                assert returned is not None  # joined above
+                returned["output"] = output  # same key, so the same place
+                self._pending_output = None
+            self._events = events
+            self._deferred = deferred + (self._pending_output is not None)
 
 
 def marked_oracle(events: Iterable[Any]) -> str | None:
