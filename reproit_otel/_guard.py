@@ -26,6 +26,10 @@ Usage::
 Only :class:`Exception` is caught: ``KeyboardInterrupt`` and ``SystemExit`` always propagate.
 Log lines are rate limited per ``where`` (the first 10, then every 1000th) so a defect on a hot
 path cannot flood the application's logs; :func:`internal_errors` counts every one.
+
+Locks. ``_lock`` guards the counters only; the log line is written after it is released, so a
+logging handler that re-enters reproit-otel (OpenTelemetry's, sending through an exporter)
+never finds it held by its own thread.
 """
 
 from __future__ import annotations

@@ -39,6 +39,12 @@ What :func:`install` does (once per provider; a second call returns the same pro
 
 Our own traffic is never recorded: recorders ignore calls made under OpenTelemetry's
 ``suppress_instrumentation``, which the uploader sets.
+
+Locks. ``_lock`` orders :func:`install` and :func:`uninstall` (start-up, shutdown and tests);
+no request, finalizer or signal handler of reproit-otel takes it. Start-up problems are logged
+while it is held; it is reentrant only so that a logging handler calling :func:`install` from
+such a line (the OpenTelemetry distro's hook can) returns instead of waiting on itself, and
+install changes nothing until the pieces it creates are complete.
 """
 
 from __future__ import annotations

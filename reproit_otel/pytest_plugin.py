@@ -68,6 +68,7 @@ from typing import Any, Final
 
 import pytest
 
+from reproit_otel import recording
 from reproit_otel._guard import guarded
 from reproit_otel.ci import naming
 from reproit_otel.ci.markers import RealStderr, capsule_marker, test_marker
@@ -281,6 +282,11 @@ class CaptureMode:
         try:
             return (yield)
         finally:
+            with guarded("pytest_plugin.settle"):
+                # What finalizers handed over during the test (a stream it dropped unread)
+                # belongs to its trace: settled before the trace is let go.
+                if recording.handed_over:
+                    recording.settle_handed_over()
             self.pipeline.detach()
             if trace is not None:
                 with guarded("pytest_plugin.end"):

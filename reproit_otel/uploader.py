@@ -50,6 +50,18 @@ gets a fresh lock, an empty queue, zeroed counters and no thread; its first reco
 own thread, so pre-fork servers (gunicorn workers) capture and upload from every worker. At
 interpreter exit a bounded final flush runs (``exit_flush_timeout_s``, default 2 s): with the
 ingest down or hanging the process still exits on time, losing what was not sent.
+
+Locks and process hooks. One condition (``_cond``, a plain lock) guards the queue, the
+counters and the flush state. The span processor reaches it (:meth:`Uploader.submit`) only
+after releasing its own and the operation's locks. Under it nothing builds, encodes, sends or
+logs: batches are built and posted on the uploader thread with it released, and delivery
+warnings are logged after it. The ``at``-fork hook runs in the child alone and replaces the
+lock rather than taking it; ``_live_uploaders`` is a ``weakref.WeakSet`` whose callbacks are
+the standard library's and take no lock of ours. The one hook that takes the condition is the
+``atexit`` exit flush: it runs on the main thread after the main module returned, when that
+thread is outside every locked section of reproit-otel (each is a ``with`` block, left by any
+exception), so it can only wait for the uploader thread, and for at most
+``exit_flush_timeout_s``.
 """
 
 from __future__ import annotations

@@ -24,6 +24,13 @@ never raised into the test.
 Configured secret values (``REPROIT_SECRET_VALUES`` and
 :func:`reproit_otel.recording.register_secret_values`) are replaced in every string of an
 exchange, its key and its resource before the effect is pushed (decision D8).
+
+Locks. ``CiTrace._cap_lock`` makes "is there room left? push" one step; the effect is
+scrubbed and redacted before it is taken, and under it only the trace's own lock is taken (a
+count and an append). The pipeline's ``_lock`` guards which trace is attached. Neither is
+held while logging or while code outside reproit-otel runs, and no finalizer of reproit-otel
+pushes an effect (it hands the finish over, settled by the next recorded call or at the end
+of the test), so neither can be waited on by the thread that holds it.
 """
 
 from __future__ import annotations
@@ -68,19 +75,23 @@ class CiTrace(BackendTrace):
         exchange: Any = UNSET,
     ) -> None:
         """:meth:`BackendTrace.effect`, except that a full trace drops the effect silently."""
+        if self.finished:
+            raise TraceError("AlreadyFinished")
+        # Redacted before the lock: the lock only makes "room left? push" one step.
+        fields = self.effect_fields(
+            kind,
+            resource=resource,
+            key=key,
+            tenant=tenant,
+            event=event,
+            detail=detail,
+            exchange=exchange,
+        )
         with self._cap_lock:
-            if not self.finished and len(self.events) >= MAX_EVENTS - 1:
+            if not self.finished and len(self.settled_events()) >= MAX_EVENTS - 1:
                 self.dropped_effects += 1
                 return
-            super().effect(
-                kind,
-                resource=resource,
-                key=key,
-                tenant=tenant,
-                event=event,
-                detail=detail,
-                exchange=exchange,
-            )
+            self.push_effect_fields(fields)
 
 
 class CiRecordingPipeline:

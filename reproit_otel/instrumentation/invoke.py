@@ -50,6 +50,15 @@ cancellation or timeout can interrupt it.
 Spans go to the global tracer provider unless :func:`use_tracer_provider` names another.
 Every ``boundary(tool, op)`` is registered (:func:`declared_boundaries`) for
 ``reproit-otel doctor``.
+
+Locks. ``_declared_lock`` guards the registry of declared boundaries (a dict update when a
+boundary is declared, a sorted copy for ``doctor``); nothing under it logs or calls out. A
+live call takes no lock of this module: its exchange goes to the pipeline through
+:class:`~reproit_otel.recording.ExchangeRecorder` (built and redacted before the pipeline's
+locks, see ``operation.py``), a replayed one takes the replay session's lock to consume its
+recorded exchange (``wire/replay.py``). An async call whose coroutine is closed before it
+finished (a dropped task, possibly closed by the collector's finalizer) hands the "did not
+finish" report over instead of calling the pipeline on that thread.
 """
 
 from __future__ import annotations
@@ -94,7 +103,12 @@ from reproit_otel.instrumentation._invoke_values import (
     round_trip,
     validate_output,
 )
-from reproit_otel.recording import ExchangeRecorder, registered_secret_values, start_exchange
+from reproit_otel.recording import (
+    ExchangeRecorder,
+    hand_over,
+    registered_secret_values,
+    start_exchange,
+)
 from reproit_otel.replay.session import active_session, report_divergence
 from reproit_otel.wire.invoke import (
     INVOKE_PROTOCOL,
@@ -474,16 +488,26 @@ async def _run_async(
     if call.replaying():
         return call.serve()  # never awaits: replay is instant and cannot be cancelled
     call.begin_live()
+    closed = False
     try:
         with reproit_secrets.tracking_call() as read:
             try:
                 result = await fn(*args, **kwargs)
+            except GeneratorExit:
+                closed = True
+                raise
             except BaseException as error:
                 call.failed(error, tuple(read))
                 raise
         return call.succeeded(result, tuple(read))
     finally:
-        call.abandon()
+        if closed:
+            # The coroutine was closed before it finished, maybe by the garbage collector's
+            # finalizer on whatever thread allocates: the pipeline is told later, at a hook
+            # that holds no lock (recording.py, "Finalizers").
+            hand_over(call.abandon)
+        else:
+            call.abandon()
 
 
 def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:

@@ -100,6 +100,13 @@ Response headers whose names are secret (``set-cookie``,
 ...) were redacted at capture and are not served, so replayed responses set no cookies. A
 body the application read with ``raw.read(decode_content=False)`` is recorded as the
 (compressed) bytes it read.
+
+Locks. ``_patch_lock`` only orders installs and uninstalls (never taken on a call's path).
+A recorded call takes no lock of this package: its recording is handed to the pipeline, and a
+stream dropped unread is finished through a hand-over, never by the collector's finalizer
+(``_requests_record.py``). A replayed call takes only the replay session's lock, to consume
+its recorded exchange in one step; the served body is built, and the divergence line
+encoded and written, after it is released (``wire/replay.py``).
 """
 
 from __future__ import annotations
@@ -142,7 +149,6 @@ _Send = Callable[..., Any]
 _patch_lock = threading.Lock()
 _recorder_original: _Send | None = None
 _replay_original: _Send | None = None
-_serve_lock = threading.Lock()
 
 
 # ------------------------------------------------------------------------------ recording
@@ -243,8 +249,9 @@ def _replay_send(secrets: tuple[str, ...]) -> _Send:
         if is_suppressed():  # an exporter's upload: refused quietly, never a divergence
             raise telemetry_refusal(request)
         probe = live_probe(request, secrets + registered_secret_values())
-        with _serve_lock:
-            result = answer(session, probe)
+        # No lock of ours here: the session consumes a recorded exchange in one step under
+        # its own lock, and the served body is built after it is released.
+        result = answer(session, probe)
         if session.on_divergence is None:  # a session with a callback reported them itself
             for line in result.divergences:
                 report_divergence(line)

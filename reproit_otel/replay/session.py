@@ -17,6 +17,11 @@ parameter values, secret-named keys of HTTP bodies and of named SQL parameters, 
 values of :func:`live_secret_values` (``REPROIT_SECRET_VALUES`` as the environment says when
 the call is made, and every value read through :mod:`reproit_otel.secrets`) wherever they
 occur. A secret never reaches standard error through a DIVERGENCE line.
+
+Locks. ``_lock`` guards the active session and the two counters: under it only a global is
+set or an integer added; the DIVERGENCE line is written (``os.write``, never ``logging``)
+after it is released. The session's own lock is described in ``wire/replay.py``. No
+finalizer, signal handler or logging handler of reproit-otel takes either.
 """
 
 from __future__ import annotations

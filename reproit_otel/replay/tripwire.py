@@ -40,6 +40,12 @@ no DIVERGENCE line; :func:`reproit_otel.replay.session.quiet_refusal_count` coun
 Not covered: C extensions that open their own sockets (libpq, gRPC's core, uvloop) and
 sockets created from :mod:`_socket` directly. ``reproit-otel doctor`` lists the libraries an
 application imports that a replay cannot serve.
+
+Locks. ``_lock`` only orders :func:`install_tripwire` and :func:`uninstall_tripwire` (the
+patching itself). A refused connection takes no lock of this module: it counts under the
+session module's lock and writes its line after it (``replay/session.py``), so a connection
+attempted from a finalizer or a logging handler (an exporter's) cannot wait on a lock its
+thread holds.
 """
 
 from __future__ import annotations

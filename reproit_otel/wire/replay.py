@@ -27,6 +27,14 @@ Redaction (decision D8): a capture may have had secret URL query values and conf
 strings replaced by placeholders. Give the session a ``live_redactor`` that applies the same
 redaction to each live probe (:func:`live_redactor` builds one from the secret values);
 probes are redacted before matching and before they appear in a divergence line.
+
+Locks. A session has one plain lock: it makes "find the first unconsumed candidate and
+consume it" one step for concurrent calls, and marks the session diverged. Under it only the
+recorded entries are compared with the probe; the divergence report, its JSON line, the
+served body and the ``on_divergence`` callback are built and called after it is released
+(appending the line to :attr:`ReplaySession.divergence_lines` is one atomic ``list.append``).
+Nothing under it logs or calls code outside this module's pure helpers, so no hook can wait
+on it on a thread that holds it.
 """
 
 from __future__ import annotations
@@ -310,9 +318,8 @@ class ReplaySession:
     def diverge(self, protocol: str, probe: dict[str, Any]) -> str:
         """Mark the session diverged for ``probe`` and return the divergence line."""
         with self._lock:
-            line = self._diverge_locked(protocol, probe)
-        self._announce(line)
-        return line
+            expected, consumed = self._diverge_locked(protocol, probe)
+        return self._divergence(protocol, probe, expected, consumed)
 
     def match_with_line(self, protocol: str, probe: dict[str, Any]) -> tuple[Any, str | None]:
         """Like :meth:`match`, also returning the divergence line when the call diverged."""
@@ -332,11 +339,12 @@ class ReplaySession:
                     entry.consumed = True
                     return entry, None
                 break  # the first unconsumed exchange of this key is the only candidate
-            line = self._diverge_locked(protocol, probe)
-        self._announce(line)
-        return None, line
+            expected, consumed = self._diverge_locked(protocol, probe)
+        return None, self._divergence(protocol, probe, expected, consumed)
 
-    def _diverge_locked(self, protocol: str, probe: dict[str, Any]) -> str:
+    def _diverge_locked(self, protocol: str, probe: dict[str, Any]) -> tuple[Any, int]:
+        """Mark the session diverged; the candidate's recorded request (``None``: none) and
+        how many exchanges were consumed, as the report states them."""
         self.diverged = True
         key = operation_key(protocol, probe)
         open_entries = [
@@ -347,20 +355,21 @@ class ReplaySession:
         candidate = next((entry for entry in open_entries if entry.key == key), None)
         if candidate is None and open_entries:
             candidate = open_entries[0]
+        consumed = sum(1 for entry in self._entries if entry.consumed)
+        return (None if candidate is None else candidate.request), consumed
+
+    def _divergence(
+        self, protocol: str, probe: dict[str, Any], expected: Any, consumed: int
+    ) -> str:
+        """The divergence line, kept and announced (no lock held: it is encoded here)."""
         report = divergence_report(
-            protocol,
-            probe,
-            None if candidate is None else candidate.request,
-            consumed=sum(1 for entry in self._entries if entry.consumed),
-            total=len(self._entries),
+            protocol, probe, expected, consumed=consumed, total=len(self._entries)
         )
         line = divergence_line(report)
         self.divergence_lines.append(line)
-        return line
-
-    def _announce(self, line: str) -> None:
         if self.on_divergence is not None:
             self.on_divergence(line)
+        return line
 
 
 def divergence_report(
