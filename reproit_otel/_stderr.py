@@ -29,9 +29,13 @@ class _StderrFallback(logging.Handler):
         self._logger = logger
         self.setFormatter(logging.Formatter("%(message)s"))
 
-    def createLock(self) -> None:
-        # One write per record needs no lock, and ours must never be held while logging.
-        self.lock = None
+    def handle(self, record: logging.LogRecord) -> bool:
+        # Handler.handle would take the handler's lock around emit; one write per record
+        # needs none, and no lock of ours is held while logging.
+        if not self.filter(record):
+            return False
+        self.emit(record)
+        return True
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
