@@ -283,8 +283,31 @@ def run_show(args: argparse.Namespace) -> int:
             text = "-" if value is None else shown(value)
         say(f"{label.ljust(width)}  {text}")
     if occurrence.get("capsuleAvailable"):
+        for line in _exception_lines(client, str(occurrence.get("id"))):
+            say(line)
         say(f"\npull it: reproit-otel pull {shown(occurrence.get('id'))} -o capsule.json")
     return 0
+
+
+def _exception_lines(client: IngestClient, occurrence: str) -> list[str]:
+    """The latest capture's exception (``wire/exception.py``) as ``show`` prints it."""
+    from reproit_otel.cli.check_text import exception_lines
+    from reproit_otel.exception_verdict import recorded_exception
+    from reproit_otel.wire.exception import describe_exception
+
+    try:
+        capsule = json.loads(fetch_capsule(client, occurrence))
+    except (IngestClientError, ValueError):
+        return []
+    events = capsule.get("events") if isinstance(capsule, dict) else None
+    error = recorded_exception(events if isinstance(events, list) else [])
+    if error is None:
+        return []
+    return [
+        "",
+        f"exception:  {shown(describe_exception(error))}",
+        *exception_lines(error, "traceback"),
+    ]
 
 
 def run_pull(args: argparse.Namespace) -> int:

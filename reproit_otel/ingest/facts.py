@@ -10,7 +10,10 @@ A ``capture-batch-v1`` (PROTOCOL section 5.5) is read for:
   effect, when it is an integer;
 * ``build`` / ``commit``: the batch ``deployment``;
 * ``has_exchanges``: whether any ``dependency`` or ``state-access`` event carries a
-  replayable value with an ``exchange`` (a capsule can then replay the operation).
+  replayable value with an ``exchange`` (a capsule can then replay the operation);
+* ``exception_kind``: the exception the raw return event's output carries
+  (``wire/exception.py``), as its type and innermost application frame: failures of one
+  signature are told apart by it.
 
 A failing OTLP server span (``POST /v1/traces``) gives the same facts without exchanges: its
 signature is ``backend-server-error:<operation>``, the one a capture batch of the same failure
@@ -24,7 +27,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from reproit_otel.wire.exception import error_of_output, exception_kind
+
 SERVER_ERROR_ORACLE = "backend-server-error"
+_MAX_KIND = 512
 
 
 class UnsignedBatchError(ValueError):
@@ -43,6 +49,7 @@ class FailureFacts:
     build: str | None
     commit: str | None
     has_exchanges: bool
+    exception_kind: str | None = None
 
     @property
     def oracle(self) -> str:
@@ -86,6 +93,7 @@ def batch_facts(batch: Mapping[str, Any]) -> FailureFacts:
     summary = ""
     status: int | None = None
     has_exchanges = False
+    failure_kind: str | None = None
     events = batch.get("events")
     for event in events if isinstance(events, list) else []:
         body = _event_body(event)
@@ -110,6 +118,9 @@ def batch_facts(batch: Mapping[str, Any]) -> FailureFacts:
                 found_status = raw.get("status")
                 if isinstance(found_status, int) and not isinstance(found_status, bool):
                     status = found_status
+                error = error_of_output(raw.get("output"))
+                if error is not None:
+                    failure_kind = exception_kind(error)[:_MAX_KIND]
     if operation is None:
         raise UnsignedBatchError("the batch has no operation-start event")
     if signature is None:
@@ -125,6 +136,7 @@ def batch_facts(batch: Mapping[str, Any]) -> FailureFacts:
         build=_token_or_none(deployment.get("version")),
         commit=_token_or_none(deployment.get("commit")),
         has_exchanges=has_exchanges,
+        exception_kind=failure_kind,
     )
 
 

@@ -46,6 +46,11 @@ from typing import Any, Protocol
 from reproit_otel.errors import ConfigurationError
 from reproit_otel.ingest.artifact_store import ARTIFACT_SCHEMA, ArtifactStore
 from reproit_otel.ingest.facts import FailureFacts
+from reproit_otel.ingest.failure_kinds import (
+    FAILURE_KIND_INDEX,
+    FAILURE_KIND_SCHEMA,
+    FailureKindStore,
+)
 
 _SQLITE_SCHEMA = (
     """CREATE TABLE IF NOT EXISTS reproit_occurrences (
@@ -81,6 +86,7 @@ _SQLITE_SCHEMA = (
         received_ms INTEGER NOT NULL,
         PRIMARY KEY (project_id, trace_id, span_id))""",
     ARTIFACT_SCHEMA,
+    FAILURE_KIND_SCHEMA,
 )
 
 _POSTGRES_SCHEMA = tuple(
@@ -99,6 +105,7 @@ _INDEXES = (
     "ON reproit_occurrences (operation, last_seen_ms DESC, id)",
     "CREATE INDEX IF NOT EXISTS reproit_occurrences_status "
     "ON reproit_occurrences (status, last_seen_ms DESC, id)",
+    FAILURE_KIND_INDEX,
 )
 
 # A fixed key for pg_advisory_xact_lock: instances starting together create the schema once.
@@ -241,7 +248,7 @@ class _Cursor(Protocol):
     def fetchall(self) -> list[Any]: ...
 
 
-class Store(ArtifactStore):
+class Store(ArtifactStore, FailureKindStore):
     """The shared logic; a subclass supplies connections and the SQL dialect."""
 
     greatest = "MAX"
@@ -314,6 +321,16 @@ class Store(ArtifactStore):
                 row = cursor.fetchone()
                 return RecordResult(occurrence_id=str(row[0]), duplicate=True)
             self._upsert(cursor, facts, received_ms=now, batch=True)
+            if facts.exception_kind is not None:
+                self._file_kind(
+                    cursor,
+                    project_id=facts.project_id,
+                    batch_id=batch_id,
+                    digest=digest,
+                    occurrence_id=facts.occurrence_id,
+                    kind=facts.exception_kind,
+                    received_ms=now,
+                )
         return RecordResult(occurrence_id=facts.occurrence_id, duplicate=False)
 
     def record_server_span(
@@ -372,10 +389,12 @@ class Store(ArtifactStore):
         operation: str | None = None,
         status: int | None = None,
         project_id: str | None = None,
+        exception_kind: str | None = None,
         limit: int = 50,
         offset: int = 0,
     ) -> OccurrencePage:
-        """Occurrences matching the filters, most recently seen first."""
+        """Occurrences matching the filters, most recently seen first (``exception_kind``: only
+        those with a failure of that kind, ``failure_kinds.py``)."""
         limit = max(1, min(MAX_PAGE, limit))
         offset = max(0, offset)
         clauses: list[str] = []
@@ -388,6 +407,9 @@ class Store(ArtifactStore):
             if value is not None:
                 clauses.append(f"{column} = ?")
                 params.append(value)
+        if exception_kind is not None:
+            clauses.append("id IN (SELECT occurrence_id FROM reproit_batch_kinds WHERE kind = ?)")
+            params.append(exception_kind)
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
         with self._transaction() as cursor:
             cursor.execute(self._sql(f"SELECT COUNT(*) FROM reproit_occurrences{where}"), params)

@@ -4,7 +4,9 @@
 :func:`reproit_otel.ingest.app.create_app`)::
 
     GET  /                              occurrences, filterable, paginated (weblist)
-    GET  /occurrences/{id}              one occurrence: exchanges, return, replay command (webview)
+    GET  /occurrences/{id}              one occurrence: exception, timeline, exchanges, return,
+                                        replay command (webview); ?exception=KIND shows the
+                                        latest failure of that exception kind
     GET  /occurrences/{id}/capsule      the capsule file, as an attachment
     GET  /login, POST /login            the sign-in form (a read key), POST /logout
     GET  /static/...                    the stylesheet, script and icon shipped in the package
@@ -24,6 +26,7 @@ import asyncio
 import json
 import urllib.parse
 from pathlib import Path
+from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -31,6 +34,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from reproit_otel.ingest.failure_kinds import FailureKind
 from reproit_otel.ingest.store import OccurrenceFacets, OccurrencePage, Store
 from reproit_otel.ingest.webauth import COOKIE_NAME, SESSION_SECONDS, ReadKeys
 from reproit_otel.ingest.webexchanges import page_number
@@ -124,18 +128,22 @@ class WebPages:
             return self._refused(request)
         query = ListQuery.parse(request.query_params)
 
-        def load() -> tuple[OccurrencePage, OccurrenceFacets]:
+        def load() -> tuple[
+            OccurrencePage, OccurrenceFacets, dict[str, list[str]], list[tuple[str, int]]
+        ]:
             listed = self.store.list_occurrences(
                 operation=query.operation,
                 status=query.status,
                 project_id=query.project,
+                exception_kind=query.exception,
                 limit=PAGE_SIZE,
                 offset=query.offset,
             )
-            return listed, self.store.occurrence_facets()
+            kinds = self.store.kinds_of([item.id for item in listed.items])
+            return listed, self.store.occurrence_facets(), kinds, self.store.kind_facets()
 
-        listed, facets = await run_in_threadpool(load)
-        body = list_html(query, listed, facets)
+        listed, facets, kinds, kind_facets = await run_in_threadpool(load)
+        body = list_html(query, listed, facets, kinds, kind_facets)
         return _html(page("Occurrences", body, signed_in=True))
 
     async def occurrence(self, request: Request) -> Response:
@@ -145,11 +153,19 @@ class WebPages:
         found = await run_in_threadpool(self.store.get_occurrence, occurrence_id)
         if found is None:
             return self._not_found(f"No occurrence {occurrence_id}.")
-        batch = (
-            await run_in_threadpool(self.store.latest_batch, occurrence_id)
-            if found.batch_count
-            else None
-        )
+        wanted = request.query_params.get("exception") or None
+
+        def load() -> tuple[dict[str, Any] | None, list[FailureKind]]:
+            if not found.batch_count:
+                return None, []
+            batch = None
+            if wanted is not None:
+                batch = self.store.latest_batch_of_kind(occurrence_id, wanted)
+            if batch is None:
+                batch = self.store.latest_batch(occurrence_id)
+            return batch, self.store.failure_kinds(occurrence_id)
+
+        batch, kinds = await run_in_threadpool(load)
         whole = None if batch is None else await run_in_threadpool(self.store.whole_capsule, batch)
         base_url = str(request.base_url).rstrip("/")
         body = occurrence_html(
@@ -159,6 +175,8 @@ class WebPages:
             exec_command=self.exec_command,
             capsule=None if whole is None else json.loads(whole),
             page=page_number(request.query_params.get("page")),
+            kinds=kinds,
+            selected_kind=wanted,
         )
         title = f"{found.status or ''} {found.operation}".strip()
         return _html(page(title, body, signed_in=True))

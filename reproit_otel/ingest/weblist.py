@@ -5,8 +5,10 @@ failure summary and signature, how many times it was seen (capture batches and O
 spans), first and last seen (UTC), the service build and commit last seen. Most recently seen
 first, :data:`PAGE_SIZE` rows a page.
 
-Query parameters: ``operation`` (exact), ``status`` (an integer), ``project`` and ``page``
-(1-based). Each filter is an indexed lookup in the store and a page is ``LIMIT``/``OFFSET``
+Query parameters: ``operation`` (exact), ``status`` (an integer), ``project``, ``exception``
+(an exception kind: type and innermost application frame, ``failure_kinds.py``) and ``page``
+(1-based). The *Exception* column lists each occurrence's exception kinds. Each filter is an
+indexed lookup in the store and a page is ``LIMIT``/``OFFSET``
 over the ``last_seen_ms`` index, so the page stays fast with many thousands of occurrences.
 """
 
@@ -31,6 +33,7 @@ class ListQuery:
     operation: str | None = None
     status: int | None = None
     project: str | None = None
+    exception: str | None = None
     page: int = 1
 
     @classmethod
@@ -42,6 +45,7 @@ class ListQuery:
             operation=params.get("operation") or None,
             status=int(status_text) if status_text.isdigit() else None,
             project=params.get("project") or None,
+            exception=params.get("exception") or None,
             page=max(1, int(page_text)) if page_text.isdigit() and len(page_text) < 10 else 1,
         )
 
@@ -55,6 +59,7 @@ class ListQuery:
             "operation": self.operation,
             "status": self.status,
             "project": self.project,
+            "exception": self.exception,
             "page": self.page if self.page > 1 else None,
         }
         values.update(changes)
@@ -81,7 +86,27 @@ def _time(rfc3339: str) -> str:
     return f'<time datetime="{text(rfc3339)}">{text(shown)}</time>'
 
 
-def _filters(query: ListQuery, facets: OccurrenceFacets) -> str:
+def _kind_filter(query: ListQuery, kinds: list[tuple[str, int]]) -> str:
+    if not kinds and not query.exception:
+        return ""
+    choices = ['<option value="">any exception</option>']
+    for kind, count in kinds:
+        selected = " selected" if kind == query.exception else ""
+        choices.append(f'<option value="{text(kind)}"{selected}>{text(kind)} ({count})</option>')
+    if query.exception and all(query.exception != kind for kind, _ in kinds):
+        choices.append(
+            f'<option value="{text(query.exception)}" selected>{text(query.exception)} (0)</option>'
+        )
+    return (
+        '<label>Exception <select name="exception" id="f-exception">'
+        + "".join(choices)
+        + "</select></label>"
+    )
+
+
+def _filters(
+    query: ListQuery, facets: OccurrenceFacets, kinds: list[tuple[str, int]] | None = None
+) -> str:
     options = "".join(
         f'<option value="{text(name)}">{text(count)} occurrence(s)</option>'
         for name, count in facets.operations
@@ -114,13 +139,24 @@ def _filters(query: ListQuery, facets: OccurrenceFacets) -> str:
         'placeholder="GET /orders/{id}" autocomplete="off"></label>'
         f'<datalist id="operations">{options}</datalist>'
         f'<label>Status <select name="status" id="f-status">{"".join(statuses)}</select></label>'
-        f"{project}"
+        f"{project}{_kind_filter(query, kinds or [])}"
         '<button type="submit" id="f-apply">Filter</button>'
         '<a class="clear" href="/">Clear</a></form>'
     )
 
 
-def _row(item: Occurrence) -> str:
+def _kinds_cell(kinds: list[str]) -> str:
+    if not kinds:
+        return '<td class="exc"><span class="muted">none recorded</span></td>'
+    items = "".join(
+        f'<li><a href="{text(ListQuery(exception=kind).url())}"><code>{text(kind)}</code></a></li>'
+        for kind in kinds[:3]
+    )
+    more = f'<li class="muted">+{len(kinds) - 3} more</li>' if len(kinds) > 3 else ""
+    return f'<td class="exc"><ul class="kinds">{items}{more}</ul></td>'
+
+
+def _row(item: Occurrence, kinds: list[str] | None = None) -> str:
     link = f"/occurrences/{urllib.parse.quote(item.id, safe='')}"
     data = item.to_json()
     seen = f"{text(item.count)}×"
@@ -140,6 +176,7 @@ def _row(item: Occurrence) -> str:
         f'<td class="what"><a class="op" href="{text(link)}">{text(item.operation)}</a>'
         f'<div class="summary">{text(item.summary)}</div>'
         f'<div class="sig"><code>{text(item.signature)}</code> {capsule}</div></td>'
+        f"{_kinds_cell(kinds or [])}"
         f'<td class="num" title="{text(", ".join(parts))}">{seen}</td>'
         f"<td>{_time(data['firstSeen'])}</td><td>{_time(data['lastSeen'])}</td>"
         f"<td>{text(item.build) if item.build else '<span class=muted>none</span>'}</td>"
@@ -165,16 +202,31 @@ def _pager(query: ListQuery, page: OccurrencePage, *, top: bool) -> str:
     )
 
 
-def list_html(query: ListQuery, page: OccurrencePage, facets: OccurrenceFacets) -> str:
-    """The list page's main content."""
+def list_html(
+    query: ListQuery,
+    page: OccurrencePage,
+    facets: OccurrenceFacets,
+    kinds: dict[str, list[str]] | None = None,
+    kind_facets: list[tuple[str, int]] | None = None,
+) -> str:
+    """The list page's main content (``kinds``: each listed occurrence's exception kinds;
+    ``kind_facets``: every kind with its number of occurrences, for the filter)."""
+    kinds = kinds or {}
     if page.items:
-        rows = "".join(_row(item) for item in page.items)
+        rows = "".join(_row(item, kinds.get(item.id)) for item in page.items)
         table = (
             '<table class="occurrences"><thead><tr><th>Status</th><th>Failure</th>'
-            "<th>Seen</th><th>First seen (UTC)</th><th>Last seen (UTC)</th><th>Build</th>"
+            "<th>Exception</th><th>Seen</th><th>First seen (UTC)</th><th>Last seen (UTC)</th>"
+            "<th>Build</th>"
             f"<th>Commit</th><th>Project</th></tr></thead><tbody>{rows}</tbody></table>"
         )
-    elif query.operation or query.status is not None or query.project or query.page > 1:
+    elif (
+        query.operation
+        or query.status is not None
+        or query.project
+        or query.exception
+        or query.page > 1
+    ):
         table = '<p class="empty">No occurrence matches these filters.</p>'
     else:
         table = (
@@ -184,6 +236,6 @@ def list_html(query: ListQuery, page: OccurrencePage, facets: OccurrenceFacets) 
         )
     return (
         "<h1>Occurrences <small>grouped by failure signature, most recently seen first</small>"
-        f"</h1>{_filters(query, facets)}{_pager(query, page, top=True)}{table}"
+        f"</h1>{_filters(query, facets, kind_facets)}{_pager(query, page, top=True)}{table}"
         f"{_pager(query, page, top=False) if page.items else ''}"
     )

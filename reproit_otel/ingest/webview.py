@@ -3,7 +3,8 @@
 Read from the occurrence's latest capture batch (PROTOCOL 5.5), in this order:
 
 * what failed: status, operation, failure summary and signature, counts, first and last seen,
-  build, commit;
+  build, commit; the exception, its kinds and the timeline of the exchanges
+  (``webfailure.py``);
 * how to replay it: ``reproit-otel pull`` then ``reproit-otel check --exec`` (copy button),
   and the capsule download;
 * completeness: each capability the batch declares (a ``partial`` one with its ``detail``),
@@ -26,8 +27,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from reproit_otel.ingest.failure_kinds import FailureKind
 from reproit_otel.ingest.store import Occurrence
 from reproit_otel.ingest.webexchanges import capsule_effects, exchanges_section
+from reproit_otel.ingest.webfailure import exception_section, kinds_section, timeline_section
 from reproit_otel.ingest.webhtml import (
     body_html,
     is_identity,
@@ -38,6 +41,7 @@ from reproit_otel.ingest.webhtml import (
     value_html,
 )
 from reproit_otel.ingest.weblist import short_commit, status_badge
+from reproit_otel.wire.exception import error_of_output, exception_kind
 from reproit_otel.wire.redaction import TEXT_PLACEHOLDER
 
 __all__ = ["BatchView", "occurrence_html", "replay_commands"]
@@ -419,11 +423,15 @@ def occurrence_html(
     exec_command: str | None,
     capsule: Mapping[str, Any] | None = None,
     page: int = 1,
+    kinds: Sequence[FailureKind] = (),
+    selected_kind: str | None = None,
 ) -> str:
     """The occurrence page's main content.
 
     ``capsule`` is the whole capsule of a heavy operation (the artifact its batch names): the
     exchanges are then listed from it, every one of them. ``page`` is the page of exchanges.
+    ``kinds`` are the occurrence's exception kinds; ``selected_kind`` the kind asked for,
+    whose latest capture ``batch`` is.
     """
     data = occurrence.to_json()
     quoted = urllib.parse.quote(occurrence.id, safe="")
@@ -479,9 +487,14 @@ def occurrence_html(
         if view.envelope
         else '<p class="muted">no determinism envelope recorded</p>'
     )
+    error = error_of_output(view.returned.get("output")) if view.returned else None
+    shown_kind = exception_kind(error) if error is not None else None
     return (
         head
+        + exception_section(view.returned)
+        + kinds_section(occurrence.id, kinds, selected_kind, shown_kind)
         + replay
+        + timeline_section(view.effects, view.returned)
         + f'<section id="completeness"><h2>Completeness</h2>{_completeness(view)}</section>'
         + f'<section id="input"><h2>Input</h2>{_input(occurrence.operation, view.input)}'
         "</section>"

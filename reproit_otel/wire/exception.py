@@ -54,6 +54,7 @@ __all__ = [
     "describe_exception",
     "error_of_output",
     "exception_from_stacktrace",
+    "exception_kind",
     "exception_record",
     "innermost_application_frame",
     "output_with_error",
@@ -366,3 +367,13 @@ def describe_exception(error: Mapping[str, Any]) -> str:
     function = frame.get("function")
     where = f"{frame.get('file')}:{frame.get('line')}"
     return f"{head}  ({where} in {function})" if function else f"{head}  ({where})"
+
+
+def exception_kind(error: Mapping[str, Any]) -> str:
+    """The sub-group an exception falls in: its type and innermost application frame, as
+    :func:`same_failure` compares them (``ValueError @ coupon.py in apply_coupon``)."""
+    head = short_type(str(error.get("type") or "Exception"))
+    frame = innermost_application_frame(error)
+    if frame is None:
+        return head
+    return f"{head} @ {frame.get('file')} in {frame.get('function')}"

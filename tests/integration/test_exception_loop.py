@@ -14,13 +14,18 @@ value. The upstream is then stopped and the real CLI replays the occurrence:
   recorded`` and the replayed application's own standard error (Flask's traceback);
 * a variant failing with another exception is a different failure (exit 3, both shown);
 * the fixed variant is *fixed*;
-* ``reproit-otel show`` prints the exception.
+* ``reproit-otel show`` prints the exception;
+* the ingest page, in a real headless Chromium, shows the exception with its application
+  frames and chained cause, the timeline of the exchanges, and, once a failure with another
+  exception joins the occurrence, both exception kinds, filterable (screenshots in
+  ``test-artifacts/``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -35,7 +40,10 @@ from typing import Any
 import httpx
 import pytest
 
+from reproit_otel.uploader import Uploader, UploaderSettings
+from reproit_otel.wire.batch import CaptureEnvironment, CaptureSettings
 from reproit_otel.wire.exception import error_of_output
+from tests.integration import test_ingest_web as web_page
 from tests.integration.served_ingest import ServedIngest, cli_command
 from tests.integration.upstream import Upstream
 
@@ -286,3 +294,112 @@ def test_another_exception_is_a_different_failure(loop: Loop) -> None:
 def test_the_fixed_app_is_fixed(loop: Loop) -> None:
     code, result = loop.check_json(COUPON_FIXED="1")
     assert (code, result["verdict"], result["replayedException"]) == (0, "fixed", None)
+
+
+def test_show_prints_the_exception(loop: Loop) -> None:
+    done = subprocess.run(
+        cli_command("show", loop.occurrence, "--ingest", loop.ingest.base_url, "--api-key", KEY),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    line = line_of("coupon_logic.py", "raise ValueError(")
+    assert (
+        f"exception:  ValueError: coupon SAVE10 failed for account $reproit (priced by "
+        f"{loop.upstream}/json?api_key=$reproit&currency=EUR)  "
+        f"(coupon_logic.py:{line} in apply_coupon)"
+    ) in done.stdout.splitlines(), done.stdout
+    assert f"  coupon_logic.py:{line} in apply_coupon" in done.stdout.splitlines()
+
+
+# -- the page, in a real headless Chromium (last: it files a second exception kind) ----------
+
+
+def other_failure(loop: Loop) -> None:
+    """Upload the same failure once more, raising a KeyError elsewhere: a second kind."""
+    events = [dict(event) for event in loop.capsule["events"]]
+    error = {
+        "type": "builtins.KeyError",
+        "message": "'SAVE10'",
+        "frames": [{"file": "coupon_logic.py", "line": 46, "function": "lookup_discount"}],
+    }
+    events[-1]["output"] = {"error": error}
+    # The projection's start event leaves the seed to the envelope; a capture carries it.
+    events[0]["replaySeed"] = loop.capsule["envelope"]["replaySeed"]
+    uploader = Uploader(
+        UploaderSettings(
+            endpoint=f"{loop.ingest.base_url}/v1/capture-batches",
+            api_key=KEY,
+            capture=CaptureSettings(project_id=f"coupon-{loop.framework}"),
+            flush_interval_ms=100,
+        ),
+        lambda number: CaptureEnvironment(
+            now_ms=int(time.time() * 1000), batch_number=number, runtime="python 3"
+        ),
+    )
+    try:
+        assert uploader.record(events) is True
+        assert uploader.flush(20) is True
+        assert uploader.stats()["sent_batches"] == 1
+    finally:
+        uploader.close()
+
+
+browser = web_page.browser  # the headless Chromium fixture of the page's own tests
+
+
+def test_the_page_shows_the_exception_its_kinds_and_the_timeline(loop: Loop, browser: Any) -> None:
+    other_failure(loop)
+    kind = "ValueError @ coupon_logic.py in apply_coupon"
+    other = "KeyError @ coupon_logic.py in lookup_discount"
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    try:
+        page.goto(f"{loop.ingest.base_url}/")
+        page.fill("#key", KEY)
+        page.click("#sign-in")
+        page.wait_for_selector("table.occurrences")
+        # One capture of each: by name.
+        assert texts(page, "tr.occ td.exc code") == [other, kind]
+        page.select_option("#f-exception", other)
+        page.click("#f-apply")
+        page.wait_for_url(re.compile(r".*exception=KeyError.*"))
+        assert texts(page, "tr.occ a.op") == ["GET /coupon"]
+        page.click("tr.occ a.op")
+        page.wait_for_selector("#exception")
+        # The latest capture is the KeyError one; its kind links to the ValueError one.
+        assert page.inner_text("#exception .exc-type") == "KeyError"
+        assert texts(page, "#kinds td code") == [other, kind]
+        page.click(f"#kinds tr:has-text('{kind}') a.kind-view")
+        page.wait_for_url(re.compile(r".*exception=ValueError.*"))
+        assert texts(page, "#exception-0 .exc-type, #exception-0 .exc-message") == [
+            "ValueError",
+            f"coupon SAVE10 failed for account $reproit "
+            f"(priced by {loop.upstream}/json?api_key=$reproit&currency=EUR)",
+        ]
+        logic = "coupon_logic.py"
+        assert texts(page, "#exception-0 .app-frames li") == [
+            f"{logic}:{line_of(logic, 'raise ValueError(')} in apply_coupon",
+            f"{logic}:{line_of(logic, 'return apply_coupon(')} in quote",
+            f"coupon_{loop.framework}.py:{line_of(f'coupon_{loop.framework}.py', '# VIEW')} "
+            "in coupon",
+        ]
+        assert page.inner_text("#exception-1 .exc-type") == "ZeroDivisionError"
+        assert page.locator("#timeline rect.bar").count() == 1
+        assert texts(page, "#timeline .timeline-labels code") == [f"GET {loop.upstream}/json"]
+        assert SECRET not in page.content()
+        page.screenshot(
+            path=str(web_page.artifacts_dir() / f"ingest-web-exception-{loop.framework}.png"),
+            full_page=True,
+        )
+        assert errors == []
+    finally:
+        context.close()
+
+
+def texts(page: Any, selector: str) -> list[str]:
+    return [" ".join(text.split()) for text in page.locator(selector).all_inner_texts()]
