@@ -19,6 +19,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from reproit_otel.ingest.numbers import ascii_int
+
 ACCESS_LOGGER = "reproit_otel.ingest.access"
 
 _log = logging.getLogger(ACCESS_LOGGER)
@@ -61,7 +63,7 @@ class AccessLogMiddleware:
                 "method": scope.get("method"),
                 "path": scope.get("path"),
                 "status": state["status"] if state["status"] is not None else 500,
-                "bytesIn": int(declared) if declared.isdigit() else None,
+                "bytesIn": ascii_int(declared),
                 "bytesOut": state["bytes"],
                 "durationMs": round((time.perf_counter() - started) * 1000, 3),
                 "client": client[0] if client else None,

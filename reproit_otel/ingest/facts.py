@@ -37,6 +37,15 @@ class UnsignedBatchError(ValueError):
     """The batch carries no signed failure observation, so it names no occurrence."""
 
 
+class BatchFactError(ValueError):
+    """A batch field the ingest reads is out of its range (refused with ``rule`` and ``field``)."""
+
+    def __init__(self, rule: str, field: str, message: str) -> None:
+        super().__init__(message)
+        self.rule = rule
+        self.field = field
+
+
 @dataclass(frozen=True)
 class FailureFacts:
     """One failure, as the store groups it."""
@@ -117,6 +126,13 @@ def batch_facts(batch: Mapping[str, Any]) -> FailureFacts:
             if isinstance(raw, Mapping):
                 found_status = raw.get("status")
                 if isinstance(found_status, int) and not isinstance(found_status, bool):
+                    if not 0 <= found_status <= 65535:
+                        raise BatchFactError(
+                            "status",
+                            "events",
+                            f"the operation-return status {found_status} is no HTTP status: "
+                            "send an integer from 0 to 65535",
+                        )
                     status = found_status
                 error = error_of_output(raw.get("output"))
                 if error is not None:

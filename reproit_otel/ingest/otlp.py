@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reproit_otel.ingest.facts import FailureFacts, server_span_facts
+from reproit_otel.ingest.numbers import ascii_int
 
 SPAN_KIND_SERVER = 2
 FAILING_STATUS = 500
@@ -56,12 +57,20 @@ def _attributes(items: Any) -> dict[str, Any]:
 
 
 def _status_of(attributes: dict[str, Any]) -> int | None:
+    """The span's HTTP status; raises :class:`OtlpDecodeError` for one that is no status."""
     for key in ("http.response.status_code", "http.status_code"):
         value = attributes.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
+        if value is None:
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 65535:
             return value
-        if isinstance(value, str) and value.isdigit():
-            return int(value)
+        status = ascii_int(value, high=65535) if isinstance(value, str) else None
+        if status is None:
+            raise OtlpDecodeError(
+                f"the span attribute {key} is {value!r}: an HTTP status is an integer from 0 "
+                "to 65535 (or its ASCII digits)"
+            )
+        return status
     return None
 
 

@@ -26,6 +26,8 @@ import hmac
 import time
 from collections.abc import Callable, Collection, Mapping
 
+from reproit_otel.ingest.numbers import ascii_int
+
 __all__ = ["COOKIE_NAME", "SESSION_SECONDS", "ReadKeys"]
 
 COOKIE_NAME = "reproit_session"
@@ -67,9 +69,9 @@ class ReadKeys:
     def session_valid(self, cookie: str) -> bool:
         """Whether a cookie value was issued with a current key and has not expired."""
         issued_text, _, mac = cookie.partition(".")
-        if not issued_text.isdigit() or len(mac) != 64:
+        issued = ascii_int(issued_text, high=2**40)  # a 5,000-digit or "²" cookie is no session
+        if issued is None or len(mac) != 64:
             return False
-        issued = int(issued_text)
         now = self._now()
         if issued > now + 60 or now - issued > SESSION_SECONDS:
             return False

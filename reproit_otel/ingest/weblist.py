@@ -18,6 +18,7 @@ import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from reproit_otel.ingest.numbers import ascii_int
 from reproit_otel.ingest.store import Occurrence, OccurrenceFacets, OccurrencePage
 from reproit_otel.ingest.webhtml import text
 
@@ -43,10 +44,10 @@ class ListQuery:
         page_text = (params.get("page") or "").strip()
         return cls(
             operation=params.get("operation") or None,
-            status=int(status_text) if status_text.isdigit() else None,
+            status=ascii_int(status_text, high=65535),
             project=params.get("project") or None,
             exception=params.get("exception") or None,
-            page=max(1, int(page_text)) if page_text.isdigit() and len(page_text) < 10 else 1,
+            page=max(1, ascii_int(page_text, high=10**9) or 1),
         )
 
     @property
