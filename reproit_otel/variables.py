@@ -61,6 +61,12 @@ OTHER_VARIABLES: tuple[Variable, ...] = (
         "The boot command shown in the web page's replay line, when no `--replay-exec` is given.",
     ),
     Variable(
+        "REPROIT_INGEST_PUBLIC_URL",
+        "`reproit-otel serve`",
+        "The address clients reach the ingest at, named by the web page's replay line, when no "
+        "`--public-url` is given (default: the address it listens on).",
+    ),
+    Variable(
         "REPROIT_INGEST_URL",
         "`reproit-otel list`, `show`, `pull`, `check`",
         "The ingest when no `--ingest` is given (default `http://127.0.0.1:8765`).",

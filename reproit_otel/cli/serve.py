@@ -21,6 +21,16 @@
   line; ``--no-web`` serves the API alone.
 * ``--port 0`` picks a free port. Once listening, one line
   ``reproit-otel serve: listening on http://HOST:PORT`` is printed on stderr.
+* Without any key the ingest refuses to listen on anything but a loopback address (it would
+  take batches from, and show captures to, the whole network).
+* ``--public-url`` (default ``$REPROIT_INGEST_PUBLIC_URL``, else the address it listens on)
+  is the address the page's replay line names; the request's ``Host`` header never is.
+* ``--allowed-host`` (repeatable; ``*`` for any): the ``Host`` names requests may carry.
+  Always allowed: the bind address, ``localhost``, ``127.0.0.1``, ``[::1]`` and the host of
+  ``--public-url``. Others are refused (DNS rebinding).
+* ``--header-timeout`` (10 s), ``--body-timeout`` (30 s) and
+  ``--max-connections-per-client`` (32) bound slow and greedy clients; a client address that
+  fails authentication 10 times in a minute is refused until the minute has passed.
 
 The application runs in uvicorn; SIGINT and SIGTERM stop it cleanly (in-flight requests
 finish, the store is closed). Access logs are JSON lines on stderr.
@@ -41,6 +51,55 @@ __all__ = ["register", "run"]
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 DEFAULT_DB = "sqlite:///reproit-ingest.db"
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+DEFAULT_BODY_TIMEOUT_S = 30.0
+DEFAULT_CONNECTIONS_PER_CLIENT = 32
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 0 to 3600")
+    return value
+
+
+def _positive_count(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) <= 100_000:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to 100000")
+    return int(text)
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    name = host.strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def _allowed_hosts(args: argparse.Namespace, public_url: str | None) -> list[str] | None:
+    """The Host names requests may carry; None when ``--allowed-host '*'`` accepts any."""
+    extra = list(args.allowed_hosts or [])
+    if "*" in extra:
+        return None
+    hosts = [args.host, *LOOPBACK_NAMES, *extra]
+    if ":" in args.host and not args.host.startswith("["):
+        hosts.append(f"[{args.host}]")
+    if public_url:
+        from urllib.parse import urlsplit
+
+        netloc = urlsplit(public_url).netloc.rpartition("@")[2]
+        if netloc:
+            hosts.append(netloc)
+    return hosts
 
 
 def register(subparsers: Any) -> None:
@@ -91,6 +150,46 @@ def register(subparsers: Any) -> None:
         "--no-web", action="store_true", help="serve the API only, without the web page"
     )
     parser.add_argument(
+        "--public-url",
+        default=None,
+        metavar="URL",
+        help="the address clients reach this ingest at, named by the page's replay line "
+        "(default $REPROIT_INGEST_PUBLIC_URL, else the listening address)",
+    )
+    parser.add_argument(
+        "--allowed-host",
+        dest="allowed_hosts",
+        action="append",
+        default=None,
+        metavar="HOST",
+        help="a Host name requests may carry besides the bind address and loopback names "
+        "(repeatable; '*' accepts any)",
+    )
+    parser.add_argument(
+        "--header-timeout",
+        type=_positive_seconds,
+        default=DEFAULT_HEADER_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"close a connection whose request head takes longer (default "
+        f"{DEFAULT_HEADER_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--body-timeout",
+        type=_positive_seconds,
+        default=DEFAULT_BODY_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"answer 408 when a request body stalls this long (default "
+        f"{DEFAULT_BODY_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--max-connections-per-client",
+        type=_positive_count,
+        default=DEFAULT_CONNECTIONS_PER_CLIENT,
+        metavar="N",
+        help=f"connections one client address may hold open (default "
+        f"{DEFAULT_CONNECTIONS_PER_CLIENT})",
+    )
+    parser.add_argument(
         "--max-body-bytes",
         type=int,
         default=None,
@@ -137,6 +236,7 @@ def run(args: argparse.Namespace) -> int:
             DEFAULT_MAX_BODY_BYTES,
             create_app,
         )
+        from reproit_otel.ingest.connections import guarded_protocol
         from reproit_otel.ingest.server import IngestServer
         from reproit_otel.ingest.store import open_store
     except ImportError as error:
@@ -158,12 +258,22 @@ def run(args: argparse.Namespace) -> int:
         return 2
     keys = _keys(args)
     read_keys = _read_keys(args)
-    if not keys:
+    if not keys and not _is_loopback(args.host):
+        store.close()
         print(
-            "reproit-otel serve: no --api-key given: the ingest is open to every request; set "
-            "keys before sharing it",
+            f"reproit-otel serve: without --api-key the ingest listens on loopback only, not on "
+            f"{args.host}: give keys (--api-key, $REPROIT_INGEST_API_KEYS) to serve others, or "
+            "drop --host",
             file=sys.stderr,
         )
+        return 2
+    if not keys:
+        print(
+            "reproit-otel serve: no --api-key given: the ingest is open to every request on "
+            "this machine; set keys before sharing it",
+            file=sys.stderr,
+        )
+    public_url = args.public_url or os.environ.get("REPROIT_INGEST_PUBLIC_URL") or None
     app = create_app(
         store,
         api_keys=keys,
@@ -171,11 +281,24 @@ def run(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
         web=not args.no_web,
         replay_exec=args.replay_exec or os.environ.get("REPROIT_INGEST_REPLAY_EXEC") or None,
+        allowed_hosts=_allowed_hosts(args, public_url),
+        public_url=public_url,
+        body_timeout=args.body_timeout,
     )
     config = uvicorn.Config(
-        app, host=args.host, port=args.port, log_config=None, access_log=False, lifespan="off"
+        app,
+        host=args.host,
+        port=args.port,
+        log_config=None,
+        access_log=False,
+        lifespan="off",
+        http=guarded_protocol(
+            header_timeout=args.header_timeout,
+            max_per_client=args.max_connections_per_client,
+        ),
     )
     server = IngestServer(config)
+    server.app_state = app.state
     try:
         server.run()
     finally:

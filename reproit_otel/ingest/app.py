@@ -3,7 +3,9 @@
 Routes (every ``/v1`` route needs ``Authorization: Bearer <key>``):
 
 ``POST /v1/capture-batches``
-    A ``capture-batch-v1`` as JSON (``content-encoding: gzip`` accepted). Answers ``202``
+    A ``capture-batch-v1`` as ``application/json`` (``content-encoding: gzip`` accepted; any
+    other content type is refused with ``415``, so a page of another site cannot post one
+    without the browser asking first). Answers ``202``
     ``{"accepted": true, "occurrenceId": ..., "duplicate": false, "warnings": [...]}``;
     ``401`` without a valid key; ``413`` over ``max_body_bytes`` (before or after
     decompression); ``400`` when the body is not JSON, breaks a rule of PROTOCOL section 5.8
@@ -61,7 +63,14 @@ from starlette.routing import BaseRoute, Route
 from reproit_otel.errors import CapsuleError
 from reproit_otel.ingest.accesslog import AccessLogMiddleware
 from reproit_otel.ingest.batch_check import check_batch, problem_json
-from reproit_otel.ingest.facts import UnsignedBatchError, batch_facts
+from reproit_otel.ingest.facts import (
+    BatchFactError,
+    FailureFacts,
+    UnsignedBatchError,
+    batch_facts,
+)
+from reproit_otel.ingest.guard import RequestGuard
+from reproit_otel.ingest.numbers import ascii_int
 from reproit_otel.ingest.otlp import OtlpDecodeError, decode_request, failing_server_spans
 from reproit_otel.ingest.store import MAX_PAGE, Store
 from reproit_otel.wire._js import has_lone_surrogate
@@ -74,6 +83,7 @@ from reproit_otel.wire.canonical import canonical_json
 from reproit_otel.wire.capsule import capsule_bytes, capsule_from_batch, load_capsule
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+_MAX_OFFSET = 2**31 - 1  # past any real listing, within every database's OFFSET
 
 Handler = Callable[[Request], Any]
 
@@ -148,7 +158,8 @@ class IngestApp:
 
     async def _body(self, request: Request) -> bytes:
         declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > self.max_body_bytes:
+        size_said = ascii_int(declared) if declared else None
+        if declared and (size_said is None or size_said > self.max_body_bytes):
             raise self._too_large("body")
         chunks: list[bytes] = []
         size = 0
@@ -183,7 +194,38 @@ class IngestApp:
 
     async def post_capture_batch(self, request: Request) -> Response:
         self._authorize(request)
-        raw = self._decompress(await self._body(request), request.headers.get("content-encoding"))
+        media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if media_type != "application/json":
+            # A page of another site can POST text/plain without asking first; JSON it cannot.
+            raise _Refused(
+                415,
+                "content-type",
+                "content-type",
+                "send a capture batch as application/json (gzip it with content-encoding: gzip)",
+            )
+        body = await self._body(request)
+        # Decompressing, parsing, checking and canonicalising a batch of megabytes takes
+        # hundreds of milliseconds: off the event loop, so health probes and other clients
+        # are answered meanwhile.
+        batch, facts, body_text, warnings = await run_in_threadpool(
+            self._checked_batch, body, request.headers.get("content-encoding")
+        )
+        result = await run_in_threadpool(self.store.record_batch, batch, facts, body=body_text)
+        return JSONResponse(
+            {
+                "accepted": True,
+                "occurrenceId": result.occurrence_id,
+                "duplicate": result.duplicate,
+                "warnings": warnings,
+            },
+            status_code=202,
+        )
+
+    def _checked_batch(
+        self, body: bytes, encoding: str | None
+    ) -> tuple[Any, FailureFacts, str, list[dict[str, str]]]:
+        """The batch, its facts, its canonical text and its warnings; raises :class:`_Refused`."""
+        raw = self._decompress(body, encoding)
         try:
             batch = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
         except (UnicodeDecodeError, ValueError) as error:
@@ -214,17 +256,10 @@ class IngestApp:
             facts = batch_facts(batch)
         except UnsignedBatchError as error:
             raise _Refused(400, "observation", "events", str(error)) from error
-        body_text = canonical_json(batch)
-        result = await run_in_threadpool(self.store.record_batch, batch, facts, body=body_text)
-        return JSONResponse(
-            {
-                "accepted": True,
-                "occurrenceId": result.occurrence_id,
-                "duplicate": result.duplicate,
-                "warnings": [problem_json(problem) for problem in checked.warnings],
-            },
-            status_code=202,
-        )
+        except BatchFactError as error:
+            raise _Refused(400, error.rule, error.field, str(error)) from error
+        warnings = [problem_json(problem) for problem in checked.warnings]
+        return batch, facts, canonical_json(batch), warnings
 
     async def put_artifact(self, request: Request) -> Response:
         self._authorize(request)
@@ -282,12 +317,9 @@ class IngestApp:
             )
         raw = self._decompress(await self._body(request), request.headers.get("content-encoding"))
         try:
-            otlp_request = decode_request(raw, None)
+            spans = await run_in_threadpool(_failing_spans, raw)
         except OtlpDecodeError as error:
             raise _Refused(400, "otlp", "body", str(error)) from error
-        spans = [
-            (span.facts, span.trace_id, span.span_id) for span in failing_server_spans(otlp_request)
-        ]
         if spans:
             await run_in_threadpool(self.store.record_server_spans, spans)
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -302,19 +334,25 @@ class IngestApp:
     async def list_occurrences(self, request: Request) -> Response:
         self._authorize(request, read=True)
         query = request.query_params
-        status_text = query.get("status")
-        limit_text = query.get("limit", "50")
-        offset_text = query.get("offset", "0")
-        for name, text in (("status", status_text), ("limit", limit_text), ("offset", offset_text)):
-            if text is not None and not text.isdigit():
-                raise _Refused(400, "query", name, f"{name} must be a non-negative integer")
+        numbers: dict[str, int | None] = {}
+        for name, default, high in (
+            ("status", None, 65535),
+            ("limit", "50", 10**9),
+            ("offset", "0", _MAX_OFFSET),
+        ):
+            text = query.get(name, default)
+            numbers[name] = None if text is None else ascii_int(text, high=high)
+            if text is not None and numbers[name] is None:
+                raise _Refused(400, "query", name, f"{name} must be ASCII digits from 0 to {high}")
+        status, limit, offset = numbers["status"], numbers["limit"], numbers["offset"]
+        assert limit is not None and offset is not None
         page = await run_in_threadpool(
             lambda: self.store.list_occurrences(
                 operation=query.get("operation") or None,
-                status=None if status_text is None else int(status_text),
+                status=status,
                 project_id=query.get("project") or None,
-                limit=min(MAX_PAGE, int(limit_text)),
-                offset=int(offset_text),
+                limit=min(MAX_PAGE, limit),
+                offset=offset,
             )
         )
         following = page.offset + len(page.items)
@@ -363,6 +401,13 @@ class IngestApp:
         return Response(capsule_bytes(capsule), media_type="application/json")
 
 
+def _failing_spans(raw: bytes) -> list[tuple[FailureFacts, str, str]]:
+    otlp_request = decode_request(raw, None)
+    return [
+        (span.facts, span.trace_id, span.span_id) for span in failing_server_spans(otlp_request)
+    ]
+
+
 def _wrap(handler: Handler) -> Handler:
     async def endpoint(request: Request) -> Response:
         try:
@@ -382,11 +427,18 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     web: bool = True,
     replay_exec: str | None = None,
+    allowed_hosts: Collection[str] | None = None,
+    public_url: str | None = None,
+    body_timeout: float | None = 30.0,
 ) -> Starlette:
     """The ingest ASGI application over ``store``.
 
     ``read_keys`` may only read; ``web`` serves the web page at ``/``; ``replay_exec`` is the
     command the page's replay instructions give ``reproit-otel check --exec``.
+    ``allowed_hosts`` (``None``: any) and ``body_timeout`` go to
+    :class:`~reproit_otel.ingest.guard.RequestGuard`; ``public_url`` is the address the page's
+    replay line names (``reproit-otel serve`` sets it to the address it listens on when not
+    given; without it the page names the address the request reached).
     """
     ingest = IngestApp(store, api_keys=api_keys, read_keys=read_keys, max_body_bytes=max_body_bytes)
     routes: list[BaseRoute] = [
@@ -407,8 +459,10 @@ def create_app(
         from reproit_otel.ingest.webauth import ReadKeys
 
         routes += web_routes(store, ReadKeys(ingest.read_keys), exec_command=replay_exec)
-    app = Starlette(routes=routes, middleware=[Middleware(AccessLogMiddleware)])
+    guard = Middleware(RequestGuard, allowed_hosts=allowed_hosts, body_timeout=body_timeout)
+    app = Starlette(routes=routes, middleware=[Middleware(AccessLogMiddleware), guard])
     app.state.ingest = ingest
+    app.state.public_url = public_url.rstrip("/") if public_url else None
     return app
 
 

@@ -17,6 +17,7 @@ import socket
 import sys
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import uvicorn
 
@@ -27,6 +28,7 @@ class IngestServer(uvicorn.Server):
     """uvicorn's server plus the listening line."""
 
     started_address: tuple[str, int] | None = None
+    app_state: Any = None  # the application's ``state``: its public URL is set once listening
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -55,4 +57,8 @@ class IngestServer(uvicorn.Server):
         if self.started_address:
             host, port = self.started_address
             shown = f"[{host}]" if ":" in host else host
-            print(f"{LISTENING_PREFIX}http://{shown}:{port}", file=sys.stderr, flush=True)
+            listening = f"http://{shown}:{port}"
+            state = self.app_state
+            if state is not None and getattr(state, "public_url", None) is None:
+                state.public_url = listening  # what the page's replay line names by default
+            print(f"{LISTENING_PREFIX}{listening}", file=sys.stderr, flush=True)

@@ -167,7 +167,9 @@ class WebPages:
 
         batch, kinds = await run_in_threadpool(load)
         whole = None if batch is None else await run_in_threadpool(self.store.whole_capsule, batch)
-        base_url = str(request.base_url).rstrip("/")
+        # The configured address, not the request's Host header (which the client chose).
+        public_url = getattr(request.app.state, "public_url", None)
+        base_url = public_url or str(request.base_url).rstrip("/")
         body = occurrence_html(
             found,
             batch,
