@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from reproit_otel.ingest.numbers import ascii_int
 from reproit_otel.ingest.webhtml import text
 
 __all__ = ["EXCHANGES_PER_PAGE", "capsule_effects", "exchanges_section", "page_number"]
@@ -37,9 +38,7 @@ def capsule_effects(capsule: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def page_number(raw: str | None) -> int:
     """The page asked for by ``?page=`` (1 when absent or not a positive number)."""
-    if raw is None or not raw.isdigit():
-        return 1
-    return max(1, int(raw))
+    return max(1, ascii_int(raw, high=10**9) or 1)  # "²" or 5,000 digits: page 1, never a 500
 
 
 def exchanges_section(

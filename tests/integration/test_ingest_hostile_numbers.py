@@ -83,6 +83,16 @@ def test_a_cookie_of_5000_digits_or_a_superscript_is_no_session(served: ServedIn
         assert response.status_code < 500
     listed = httpx.get(f"{served.base_url}/?status=%C2%B2&page=99999999999999999999", headers=AUTH)
     assert listed.status_code == 200  # the page reads a malformed filter as no filter
+    batch = canonical_json(built_batch("POST /paged")).encode()
+    sent = httpx.post(
+        f"{served.base_url}/v1/capture-batches",
+        content=batch,
+        headers={**AUTH, "content-type": "application/json"},
+    )
+    occurrence = sent.json()["occurrenceId"]
+    for page in ("%C2%B2", "9" * 5000):
+        shown = httpx.get(f"{served.base_url}/occurrences/{occurrence}?page={page}", headers=AUTH)
+        assert shown.status_code == 200  # read as the first page
 
 
 def test_a_return_status_past_any_http_status_is_refused(served: ServedIngest) -> None:
