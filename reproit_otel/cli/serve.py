@@ -28,6 +28,9 @@
 * ``--allowed-host`` (repeatable; ``*`` for any): the ``Host`` names requests may carry.
   Always allowed: the bind address, ``localhost``, ``127.0.0.1``, ``[::1]`` and the host of
   ``--public-url``. Others are refused (DNS rebinding).
+* ``--retain-batches N`` (20) and ``--retain-days D`` (30): batch bodies beyond the newest
+  ``N`` of an occurrence, or older than ``D`` days, are pruned (0: no limit); every count is
+  kept (:mod:`reproit_otel.ingest.retention`).
 * ``--header-timeout`` (10 s), ``--body-timeout`` (30 s) and
   ``--max-connections-per-client`` (32) bound slow and greedy clients; a client address that
   fails authentication 10 times in a minute is refused until the minute has passed.
@@ -42,9 +45,11 @@ import argparse
 import logging
 import os
 import sys
+import threading
 from typing import Any
 
 from reproit_otel.errors import ConfigurationError
+from reproit_otel.ingest.retention import DEFAULT_RETAIN_BATCHES, DEFAULT_RETAIN_DAYS
 
 __all__ = ["register", "run"]
 
@@ -71,6 +76,22 @@ def _positive_count(text: str) -> int:
     if not (text.isascii() and text.isdigit()) or not 0 < int(text) <= 100_000:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to 100000")
     return int(text)
+
+
+def _count_or_zero(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or int(text) > 1_000_000:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 0 to 1000000")
+    return int(text)
+
+
+def _days_or_zero(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 36500:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days from 0 to 36500")
+    return value
 
 
 def _is_loopback(host: str) -> bool:
@@ -190,6 +211,22 @@ def register(subparsers: Any) -> None:
         f"{DEFAULT_CONNECTIONS_PER_CLIENT})",
     )
     parser.add_argument(
+        "--retain-batches",
+        type=_count_or_zero,
+        default=DEFAULT_RETAIN_BATCHES,
+        metavar="N",
+        help=f"batch bodies kept per occurrence, the newest; 0 keeps all (default "
+        f"{DEFAULT_RETAIN_BATCHES}). Counts are always kept",
+    )
+    parser.add_argument(
+        "--retain-days",
+        type=_days_or_zero,
+        default=DEFAULT_RETAIN_DAYS,
+        metavar="D",
+        help=f"days a batch body is kept; 0 keeps them however old (default "
+        f"{DEFAULT_RETAIN_DAYS:g}). Counts are always kept",
+    )
+    parser.add_argument(
         "--max-body-bytes",
         type=int,
         default=None,
@@ -237,6 +274,7 @@ def run(args: argparse.Namespace) -> int:
             create_app,
         )
         from reproit_otel.ingest.connections import guarded_protocol
+        from reproit_otel.ingest.retention import RetentionRules, prune_periodically
         from reproit_otel.ingest.server import IngestServer
         from reproit_otel.ingest.store import open_store
     except ImportError as error:
@@ -299,8 +337,13 @@ def run(args: argparse.Namespace) -> int:
     )
     server = IngestServer(config)
     server.app_state = app.state
+    store.retention = RetentionRules(args.retain_batches, args.retain_days)
+    stop_pruning = threading.Event()
+    pruner = prune_periodically(store, stop_pruning)
     try:
         server.run()
     finally:
+        stop_pruning.set()
+        pruner.join(30)
         store.close()
     return 0 if server.started else 1

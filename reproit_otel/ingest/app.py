@@ -381,6 +381,14 @@ class IngestApp:
         if occurrence is None:
             raise _Refused(404, "unknown-occurrence", "id", f"no occurrence {occurrence_id!r}")
         batch = await run_in_threadpool(self.store.latest_batch, occurrence_id)
+        if batch is None and occurrence.batch_count:
+            raise _Refused(
+                410,
+                "retention",
+                "id",
+                f"the batches of occurrence {occurrence_id} were pruned by the ingest's retention "
+                "(--retain-batches, --retain-days); its counts are kept, its capsule is not",
+            )
         if batch is None:
             raise _Refused(
                 409,

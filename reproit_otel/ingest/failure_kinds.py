@@ -133,13 +133,14 @@ class FailureKindStore:
         return [(str(row[0]), int(row[1])) for row in rows]
 
     def latest_batch_of_kind(self, occurrence_id: str, kind: str) -> dict[str, Any] | None:
-        """The most recently received batch of an occurrence filed under ``kind``."""
+        """The most recently received batch of an occurrence filed under ``kind`` whose body
+        retention kept, or ``None``."""
         with self._transaction() as cursor:
             cursor.execute(
                 self._sql(
                     "SELECT b.body FROM reproit_batches b JOIN reproit_batch_kinds k "
                     "ON b.seq = k.batch_seq WHERE k.occurrence_id = ? AND k.kind = ? "
-                    "ORDER BY b.seq DESC LIMIT 1"
+                    "AND b.body <> '' ORDER BY b.seq DESC LIMIT 1"  # '': pruned (retention)
                 ),
                 (occurrence_id, kind),
             )

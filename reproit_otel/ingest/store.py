@@ -28,6 +28,8 @@ batch and how many were OTLP server spans, first and last seen (ingest clock, ep
 last status, build and commit seen. A batch received again with the same ``batchId`` and the
 same bytes (an uploader retry after a lost response) is stored once and counted once; batch
 ids alone are not trusted to be unique, since two forked workers may number batches alike.
+Old batch bodies are pruned by the rules of :mod:`reproit_otel.ingest.retention` (set
+``store.retention``); the counts never change.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from reproit_otel.ingest.failure_kinds import (
     FAILURE_KIND_SCHEMA,
     FailureKindStore,
 )
+from reproit_otel.ingest.retention import Retention
 
 _SQLITE_SCHEMA = (
     """CREATE TABLE IF NOT EXISTS reproit_occurrences (
@@ -248,7 +251,7 @@ class _Cursor(Protocol):
     def fetchall(self) -> list[Any]: ...
 
 
-class Store(ArtifactStore, FailureKindStore):
+class Store(ArtifactStore, FailureKindStore, Retention):
     """The shared logic; a subclass supplies connections and the SQL dialect."""
 
     greatest = "MAX"
@@ -331,6 +334,7 @@ class Store(ArtifactStore, FailureKindStore):
                     kind=facts.exception_kind,
                     received_ms=now,
                 )
+            self._prune(cursor, now_ms=now, occurrence_id=facts.occurrence_id)
         return RecordResult(occurrence_id=facts.occurrence_id, duplicate=False)
 
     def record_server_span(
@@ -468,11 +472,12 @@ class Store(ArtifactStore, FailureKindStore):
         return None if row is None else Occurrence.from_row(row)
 
     def latest_batch(self, occurrence_id: str) -> dict[str, Any] | None:
-        """The most recently received batch of an occurrence, parsed, or ``None``."""
+        """The most recently received batch of an occurrence whose body is kept (see
+        :mod:`reproit_otel.ingest.retention`), parsed, or ``None``."""
         with self._transaction() as cursor:
             cursor.execute(
                 self._sql(
-                    "SELECT body FROM reproit_batches WHERE occurrence_id = ? "
+                    "SELECT body FROM reproit_batches WHERE occurrence_id = ? AND body <> '' "
                     "ORDER BY seq DESC LIMIT 1"
                 ),
                 (occurrence_id,),

@@ -1,0 +1,121 @@
+"""Retention: old batch bodies are let go, every occurrence's counts stay exact.
+
+A busy service failing the same way all day sends thousands of batches for one occurrence;
+only the latest is ever served as its capsule. :class:`Retention` (mixed into
+:class:`~reproit_otel.ingest.store.Store`) prunes the *body* of every batch that is
+
+* not among the ``retain_batches`` most recent of its occurrence (``0`` keeps every one), or
+* received more than ``retain_days`` days ago (``0`` keeps them however old).
+
+A pruned batch keeps its row (project, batch id, SHA-256 of the body, when it arrived): the
+counts of its occurrence never change, and a retried upload of it is still recognised as the
+same batch and not counted twice. Only its body is emptied. An occurrence whose every body is
+pruned still lists with its counts; its capsule is gone (the API answers ``410``).
+
+:meth:`Retention.prune_batches` runs the rules over the whole store; ``reproit-otel serve``
+calls it at start and every :data:`PRUNE_INTERVAL_S`, and the batch count rule is also
+applied to an occurrence each time it receives a batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Final
+
+__all__ = [
+    "DEFAULT_RETAIN_BATCHES",
+    "DEFAULT_RETAIN_DAYS",
+    "PRUNE_INTERVAL_S",
+    "Retention",
+    "RetentionRules",
+    "prune_periodically",
+]
+
+DEFAULT_RETAIN_BATCHES: Final = 20
+"""Batch bodies kept per occurrence by default."""
+DEFAULT_RETAIN_DAYS: Final = 30.0
+"""Days a batch body is kept by default."""
+PRUNE_INTERVAL_S: Final = 600.0
+"""How often ``reproit-otel serve`` applies the rules to the whole store."""
+
+_DAY_MS: Final = 86_400_000
+_log = logging.getLogger("reproit_otel.ingest")
+
+# The batches to prune: ranked newest first within each occurrence, among those with a body.
+_PRUNABLE = """
+SELECT seq FROM (
+    SELECT seq, received_ms,
+           ROW_NUMBER() OVER (PARTITION BY occurrence_id ORDER BY seq DESC) AS newest
+    FROM reproit_batches WHERE body <> '' {scope}
+) ranked
+WHERE (? > 0 AND newest > ?) OR received_ms < ?
+"""
+
+
+@dataclass(frozen=True)
+class RetentionRules:
+    """How many batch bodies per occurrence, and for how many days, are kept (0: no limit)."""
+
+    retain_batches: int = DEFAULT_RETAIN_BATCHES
+    retain_days: float = DEFAULT_RETAIN_DAYS
+
+
+class Retention:
+    """Pruning of batch bodies (see the module docstring)."""
+
+    retention: RetentionRules = RetentionRules(0, 0)  # the store keeps everything until told
+
+    def _sql(self, statement: str) -> str:
+        raise NotImplementedError
+
+    def _transaction(self) -> AbstractContextManager[Any]:
+        raise NotImplementedError
+
+    def _prune(self, cursor: Any, *, now_ms: int, occurrence_id: str | None) -> int:
+        rules = self.retention
+        if rules.retain_batches <= 0 and rules.retain_days <= 0:
+            return 0
+        cutoff = now_ms - int(rules.retain_days * _DAY_MS) if rules.retain_days > 0 else -1
+        scope = "" if occurrence_id is None else "AND occurrence_id = ?"
+        params: list[Any] = [] if occurrence_id is None else [occurrence_id]
+        params += [rules.retain_batches, rules.retain_batches, cutoff]
+        cursor.execute(
+            self._sql(
+                "UPDATE reproit_batches SET body = '' WHERE seq IN ("
+                + _PRUNABLE.format(scope=scope)
+                + ")"
+            ),
+            params,
+        )
+        return int(cursor.rowcount)
+
+    def prune_batches(self, *, now_ms: int | None = None) -> int:
+        """Apply the retention rules to every occurrence; how many bodies were pruned."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        with self._transaction() as cursor:
+            return self._prune(cursor, now_ms=now, occurrence_id=None)
+
+
+def prune_periodically(store: Retention, stop: threading.Event) -> threading.Thread:
+    """A daemon thread applying the rules at once and every :data:`PRUNE_INTERVAL_S` until
+    ``stop`` is set; a failure is logged and tried again next time."""
+
+    def run() -> None:
+        while True:
+            try:
+                pruned = store.prune_batches()
+            except Exception as error:  # a locked or unreachable database: next round
+                _log.warning("reproit-otel serve: pruning old batches failed: %s", error)
+            else:
+                if pruned:
+                    _log.info("reproit-otel serve: pruned the bodies of %d old batch(es)", pruned)
+            if stop.wait(PRUNE_INTERVAL_S):
+                return
+
+    thread = threading.Thread(target=run, name="reproit-ingest-retention", daemon=True)
+    thread.start()
+    return thread
