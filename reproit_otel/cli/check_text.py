@@ -1,8 +1,9 @@
 """How ``reproit-otel check`` prints a result for people (``--json`` is for programs).
 
 * the first divergence as what the application sent next to what the recording expected at
-  that point, side by side, line by line of their indented JSON (differing lines marked ``|``
-  in the middle, equal ones ``:``);
+  that point, side by side, field by field of their indented JSON (the rows of a differing
+  field marked ``|`` in the middle, equal ones ``:``; recorded headers, never compared, are
+  left out);
 * the recorded and the replayed exception, one line each, and the headline
   ``REPRODUCED  ZeroDivisionError: division by zero  (app.py:88 in apply_coupon), as recorded``;
 * the replayed exception's frames, and the application's own standard error (its traceback
@@ -42,19 +43,44 @@ def _json_lines(value: Any) -> list[str]:
     return [shown(line) for line in json.dumps(value, ensure_ascii=False, indent=2).splitlines()]
 
 
+def _field_lines(name: str, value: Any, present: bool) -> list[str]:
+    if not present:
+        return []
+    text = json.dumps(value, ensure_ascii=False, indent=2).splitlines()
+    text[0] = f'"{name}": {text[0]}'
+    return [shown(line) for line in text]
+
+
 def side_by_side(
     left_title: str, left: Any, right_title: str, right: Any, width: int = COLUMN_WIDTH
 ) -> list[str]:
-    """Two JSON values in two columns; rows that differ are marked with ``|``."""
-    left_lines = _wrap(_json_lines(left), width)
-    right_lines = _wrap(_json_lines(right), width)
+    """Two request objects in two columns, field by field (fields aligned); the rows of a
+    field whose values differ are marked ``|``, equal ones ``:``. A side that is not an
+    object is shown whole."""
     rows = [f"  {left_title:<{width}}   {right_title}", f"  {'-' * width}   {'-' * width}"]
-    count = max(len(left_lines), len(right_lines))
-    for index in range(min(count, _MAX_ROWS)):
-        a = left_lines[index] if index < len(left_lines) else ""
-        b = right_lines[index] if index < len(right_lines) else ""
-        mark = ":" if a == b else "|"
-        rows.append(f"  {a:<{width}} {mark} {b}".rstrip())
+    pairs: list[tuple[list[str], list[str], bool]] = []
+    if isinstance(left, Mapping) and isinstance(right, Mapping):
+        names = list(left) + [name for name in right if name not in left]
+        for name in names:
+            same = name in left and name in right and left[name] == right[name]
+            pairs.append(
+                (
+                    _field_lines(name, left.get(name), name in left),
+                    _field_lines(name, right.get(name), name in right),
+                    same,
+                )
+            )
+    else:
+        pairs.append((_json_lines(left), _json_lines(right), left == right))
+    count = 0
+    for left_raw, right_raw, same in pairs:
+        left_lines, right_lines = _wrap(left_raw, width), _wrap(right_raw, width)
+        for index in range(max(len(left_lines), len(right_lines))):
+            a = left_lines[index] if index < len(left_lines) else ""
+            b = right_lines[index] if index < len(right_lines) else ""
+            count += 1
+            if count <= _MAX_ROWS:
+                rows.append(f"  {a:<{width}} {':' if same else '|'} {b}".rstrip())
     if count > _MAX_ROWS:
         rows.append(f"  ... {count - _MAX_ROWS} more lines (see --json)")
     return rows
@@ -74,14 +100,17 @@ def divergence_lines(divergences: list[dict[str, Any]]) -> list[str]:
             f"first divergence ({first.get('consumed')} of {first.get('total')} recorded "
             "exchanges served before it):"
         )
+        expected = first.get("expected")
+        if isinstance(expected, Mapping) and "headers" in expected:
+            # Recorded, shown in --json, never compared: left out of the comparison here.
+            expected = {name: value for name, value in expected.items() if name != "headers"}
         lines.extend(
             side_by_side(
-                "the application sent",
-                first.get("got"),
-                "the recording expected",
-                first.get("expected"),
+                "the application sent", first.get("got"), "the recording expected", expected
             )
         )
+        if first.get("bodyDelta") is not None:
+            lines.append(f"  body differs: {shown(json.dumps(first['bodyDelta']))}")
     return lines
 
 

@@ -40,6 +40,7 @@ from typing import Any
 import httpx
 import pytest
 
+from reproit_otel.cli.check_text import COLUMN_WIDTH
 from reproit_otel.uploader import Uploader, UploaderSettings
 from reproit_otel.wire.batch import CaptureEnvironment, CaptureSettings
 from reproit_otel.wire.exception import error_of_output
@@ -288,6 +289,22 @@ def test_another_exception_is_a_different_failure(loop: Loop) -> None:
         "coupon_logic.py",
         line_of("coupon_logic.py", "# OTHER BUG"),
         "lookup_discount",
+    )
+
+
+def test_a_divergence_shows_what_was_sent_next_to_what_was_recorded(loop: Loop) -> None:
+    done = loop.check(COUPON_CURRENCY="USD")
+    assert done.returncode == 3, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    start = lines.index("first divergence (0 of 1 recorded exchanges served before it):")
+    title, rule, method, url, *_ = lines[start + 1 :]
+    assert title.split() == ["the", "application", "sent", "the", "recording", "expected"]
+    assert set(rule.replace(" ", "")) == {"-"}
+    # Field by field: the method is the same (":"), the URL is not ("|").
+    column = f"  {{:<{COLUMN_WIDTH}}} {{}} {{}}"
+    assert method == column.format('"method": "GET"', ":", '"method": "GET"')
+    assert url == column.format(
+        f'"url": "{loop.upstream}/json?currency=USD"', "|", f'"url": "{loop.upstream}/json"'
     )
 
 

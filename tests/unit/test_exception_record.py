@@ -268,3 +268,70 @@ def test_the_fallback_handler_prints_only_what_no_local_handler_shows(
     captured = capsys.readouterr()
     assert captured.err == "shown 1\n"
     assert captured.out == "already shown by the local handler\n"
+
+
+# -- the span processor: the exception reaches the return event ------------------------------
+
+
+def _failing_request(rig: Any, note: BaseException | None = None) -> dict[str, Any]:
+    from tests.unit.test_processor import record
+
+    with pytest.raises(ZeroDivisionError), rig.server("GET /coupon", status=500):
+        with rig.client():
+            record()
+        if note is not None:
+            rig.processor.note_exception(note)
+        divide(5)
+    returned: dict[str, Any] = rig.returned()
+    return returned
+
+
+def test_without_a_hook_the_server_span_exception_event_gives_the_exception() -> None:
+    from tests.unit.test_processor import Rig
+
+    rig = Rig()
+    try:
+        error = error_of_output(_failing_request(rig)["output"])
+    finally:
+        rig.provider.shutdown()
+    assert error is not None
+    assert (error["type"], error["message"]) == ("builtins.ZeroDivisionError", "division by zero")
+    # Frames are named relative to the working directory, the application root by default.
+    assert error["frames"][-1] == {
+        "file": os.path.relpath(__file__),
+        "line": line_of("# DIVIDE"),
+        "function": "divide",
+    }
+
+
+def test_a_hook_noted_exception_wins_over_the_span_event() -> None:
+    from tests.unit.test_processor import Rig
+
+    rig = Rig()
+    try:
+        returned = _failing_request(rig, note=caught(json.loads, "{"))
+    finally:
+        rig.provider.shutdown()
+    error = error_of_output(returned["output"])
+    assert error is not None and error["type"] == "json.decoder.JSONDecodeError"
+    assert (returned["status"], returned["success"]) == (500, False)
+
+
+def test_the_side_by_side_view_aligns_fields_and_marks_the_different_ones() -> None:
+    from reproit_otel.cli.check_text import side_by_side
+
+    rows = side_by_side(
+        "sent", {"text": "SELECT 2", "values": [1]}, "expected", {"text": "SELECT 1"}, width=20
+    )
+    assert rows[2:] == [
+        '  "text": "SELECT 2"   | "text": "SELECT 1"',
+        '  "values": [          |',
+        "    1                  |",
+        "  ]                    |",
+    ]
+    nothing = side_by_side("sent", {"method": "GET"}, "expected", None, width=20)
+    assert nothing[2:] == [  # a long line wraps in its column
+        "  {                    | (nothing of this kin",
+        '    "method": "GET"    |   d left in the recor',
+        "  }                    |   ding)",
+    ]

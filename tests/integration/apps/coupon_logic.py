@@ -6,7 +6,8 @@ as a ``ValueError`` whose message holds a secret (:data:`PLANTED_SECRET`, config
 secret value) and a URL with a secret query parameter. Variants, by environment:
 
 * ``COUPON_FIXED=1``: the bug is fixed, the quote is returned;
-* ``COUPON_OTHER=1``: another helper fails first, with a ``KeyError``.
+* ``COUPON_OTHER=1``: another helper fails first, with a ``KeyError``;
+* ``COUPON_CURRENCY=USD``: the rate is asked for in that currency (a call the capture lacks).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ PLANTED_SECRET = "sk_live_planted_4242"
 
 
 def quote(upstream: str, code: str) -> dict[str, Any]:
-    rate = requests.get(f"{upstream}/json", timeout=5).json()["rate"]
+    currency = os.environ.get("COUPON_CURRENCY")
+    query = f"?currency={currency}" if currency else ""
+    rate = requests.get(f"{upstream}/json{query}", timeout=5).json()["rate"]
     if os.environ.get("COUPON_OTHER") == "1":
         return lookup_discount(code)
     if os.environ.get("COUPON_FIXED") == "1":
