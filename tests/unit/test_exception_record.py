@@ -332,6 +332,6 @@ def test_the_side_by_side_view_aligns_fields_and_marks_the_different_ones() -> N
     nothing = side_by_side("sent", {"method": "GET"}, "expected", None, width=20)
     assert nothing[2:] == [  # a long line wraps in its column
         "  {                    | (nothing of this kin",
-        '    "method": "GET"    |   d left in the recor',
-        "  }                    |   ding)",
+        '    "method": "GET"    |   d left in the reco',
+        "  }                    |   rding)",
     ]
