@@ -13,6 +13,11 @@
    budget and reports the calls it made (the cheapest ones, which flatters vcrpy).
 3. **Load**: the time ``REPROIT_REPLAY`` takes to read a capsule file into a replay session
    (``load_replay_file``) and to validate it (``load_capsule``), as the capsule grows.
+4. **Whole workload** (:mod:`benchmarks._workload`): a ``requests.Session`` mixing GET with a
+   query and POST with JSON, bodies of about 300 bytes and 8 KB, recorded by both tools and
+   replayed with the upstream stopped; each run is timed whole, loading included, at 1, 10,
+   100 and 1,000 calls, the two tools taking turns. ``workload`` holds the medians, the
+   fastest runs and the ratios (vcrpy's time over reproit-otel's).
 
 Writes ``replay.json`` and ``replay.png``.
 """
@@ -33,9 +38,11 @@ import requests
 import requests.adapters
 
 from benchmarks._common import RESULTS, Child, chart_path, command_line, machine, pyplot, write_json
+from benchmarks._workload import measure
 
 SIZES = (1, 10, 100, 1000, 10000)
 QUICK_SIZES = (1, 10, 100)
+WORKLOAD_SIZES = (1, 10, 100, 1000)
 LIVE_LIMIT = 1000
 
 
@@ -211,6 +218,7 @@ def run(
     upstream = Child("benchmarks._upstream")
     base = f"http://127.0.0.1:{upstream.port}"
     rows: list[dict[str, Any]] = []
+    workload_rows: list[dict[str, Any]] = []
     try:
         with tempfile.TemporaryDirectory(prefix="reproit-bench-") as scratch:
             folder = Path(scratch)
@@ -223,6 +231,15 @@ def run(
             warm = folder / "warm-cassette.json"
             warm.write_text(json.dumps(_grown_cassette(cassette, 2)), encoding="utf-8")
             _vcrpy(warm, base, 2, budget_s)
+            workload_rows = measure(tuple(s for s in WORKLOAD_SIZES if s in sizes), folder)
+            for row in workload_rows:
+                print(
+                    f"{row['calls']:>6} calls, whole workload: reproit {row['reproit_ms']:>9.2f} "
+                    f"ms, vcrpy {row['vcrpy_ms']:>10.2f} ms, "
+                    f"vcrpy/reproit {row['vcrpy_over_reproit']:.2f} "
+                    f"(fastest runs {row['fastest_vcrpy_over_reproit']:.2f})",
+                    flush=True,
+                )
             for size in sizes:
                 capsule_path = folder / f"capsule-{size}.json"
                 capsule_path.write_text(json.dumps(_grown_capsule(capsule, size)), encoding="utf-8")
@@ -282,12 +299,18 @@ def run(
             "interaction": "GET /rate?i=<k> -> 200 application/json (29 bytes)",
         },
         "results": rows,
+        "workload": workload_rows,
         "load_us_per_exchange": [round(value, 2) for value in per_exchange],
         "targets": {
             "vcrpy_over_reproit_at_least": 3,
             "min_ratio": min(ratios),
             "met": min(ratios) >= 3,
             "load_linear": bool(per_exchange) and max(per_exchange) <= 2 * min(per_exchange),
+            "workload_min_ratio": min(row["vcrpy_over_reproit"] for row in workload_rows),
+            "workload_min_fastest_ratio": min(
+                row["fastest_vcrpy_over_reproit"] for row in workload_rows
+            ),
+            "workload_met": all(row["vcrpy_over_reproit"] >= 3 for row in workload_rows),
         },
         "seconds": round(time.monotonic() - started, 1),
     }

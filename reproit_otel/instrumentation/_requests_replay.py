@@ -17,12 +17,11 @@ from __future__ import annotations
 import builtins
 import contextlib
 import http
-import io
 import ssl
 from collections import deque
 from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any, cast
 
 import requests.exceptions
 import urllib3.exceptions
@@ -102,14 +101,14 @@ def telemetry_refusal(request: Any) -> requests.exceptions.ConnectionError:
     )
 
 
+_PHRASES = {int(status): status.phrase for status in http.HTTPStatus}
+
+
 def reason_phrase(status: int) -> str | None:
     """The standard reason phrase of ``status`` (``Reproit Diverged`` for 599)."""
     if status == 599:
         return DIVERGED_REASON
-    try:
-        return http.HTTPStatus(status).phrase
-    except ValueError:
-        return None
+    return _PHRASES.get(status) if isinstance(status, int) else None
 
 
 def served_headers(headers: Any) -> dict[str, str]:
@@ -212,13 +211,25 @@ def answer(session: ReplaySession, probe: dict[str, Any]) -> Answer:
     return Answer(served=served, body_error=recorded_error)
 
 
-class _RecordedChunks(io.RawIOBase):
-    """The ``_fp`` of a :class:`ReplayedBody`: the recorded chunks, then the recorded error."""
+class _RecordedChunks:
+    """The ``_fp`` of a :class:`ReplayedBody`: the recorded chunks, then the recorded error.
+
+    A plain object with the file methods urllib3 calls, not an :class:`io.RawIOBase`: one is
+    made per served call, and the io base class costs more to set up than the rest of it.
+    """
+
+    __slots__ = ("_chunks", "_error", "closed")
 
     def __init__(self, chunks: Iterable[bytes], error: BaseException | None) -> None:
-        super().__init__()
-        self._chunks: deque[bytes] = deque(bytes(c) for c in chunks if c)
+        self._chunks: deque[bytes] = deque(c for c in chunks if c)
         self._error = error
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+    def flush(self) -> None:
+        pass
 
     def readable(self) -> bool:
         return True
@@ -283,8 +294,8 @@ class ReplayedBody(HTTPResponse):
     ) -> None:
         self._recorded = _RecordedChunks(chunks, error)
         super().__init__(
-            body=self._recorded,
-            headers=dict(headers),
+            body=cast("IO[Any]", self._recorded),  # duck-typed: the file methods urllib3 calls
+            headers=headers,
             status=status,
             version=11,
             version_string="HTTP/1.1",

@@ -80,6 +80,11 @@ answered from :func:`reproit_otel.replay.session.active_session` by the matcher 
   writes no DIVERGENCE line and is counted
   (:func:`reproit_otel.replay.session.quiet_refusal_count`).
 
+While replay is installed, ``Session.merge_environment_settings`` merges the explicit
+settings only: no connection is made, so the proxies and CA bundle requests would look up in
+the environment on every call cannot matter (an application that calls that method itself
+gets no environment values from it, and a ``proxies`` dict it passes is not filled in).
+
 The live call is redacted as the capture was before it is compared (D8): the URL through the
 same password and query rule, configured secret values scrubbed from the URL and the body.
 Request headers are never compared. OpenTelemetry CLIENT spans are still produced, since the
@@ -276,12 +281,50 @@ def _replay_send(secrets: tuple[str, ...]) -> _Send:
     return send
 
 
+# A replay opens no connection, so the transport settings requests gathers from the
+# environment on every call (proxies for the URL, REQUESTS_CA_BUNDLE) can change nothing the
+# application sees: the replayed send ignores them. Looking them up walks the whole
+# environment twice per call, the largest single cost of a replayed call, so during a replay
+# Session.merge_environment_settings merges the explicit settings only.
+_settings_original: Callable[..., Any] | None = None
+
+
+def _explicit_settings(  # noqa: PLR0917 - the signature requests calls it with
+    self: requests.Session, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any
+) -> dict[str, Any]:
+    """``Session.merge_environment_settings`` without the environment (see above)."""
+    merge: Callable[[Any, Any], Any] = requests.sessions.merge_setting
+    return {
+        "proxies": merge(proxies, self.proxies),
+        "stream": merge(stream, self.stream),
+        "verify": merge(verify, self.verify),
+        "cert": merge(cert, self.cert),
+    }
+
+
+def _patch_environment_settings() -> None:
+    global _settings_original
+    current = requests.Session.merge_environment_settings
+    if current is not _explicit_settings:
+        _settings_original = current
+        requests.Session.merge_environment_settings = _explicit_settings  # type: ignore[assignment,method-assign]
+
+
+def _restore_environment_settings() -> None:
+    global _settings_original
+    if _settings_original is not None:
+        if requests.Session.merge_environment_settings is _explicit_settings:
+            requests.Session.merge_environment_settings = _settings_original  # type: ignore[method-assign]
+        _settings_original = None
+
+
 class RequestsReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """Serves every ``requests`` call from the active replay session instead of the network.
 
     ``instrument(secret_values=(...))`` adds values to scrub from live calls before they are
     compared (the values ``REPROIT_SECRET_VALUES`` names are read from the configuration).
-    ``uninstrument()`` restores ``HTTPAdapter.send`` exactly.
+    ``uninstrument()`` restores ``HTTPAdapter.send`` and
+    ``Session.merge_environment_settings`` exactly.
     """
 
     def instrumentation_dependencies(self) -> Collection[str]:
@@ -298,6 +341,7 @@ class RequestsReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                 return
             _replay_original = current
             requests.adapters.HTTPAdapter.send = _replay_send(tuple(secrets))  # type: ignore[method-assign]
+            _patch_environment_settings()
 
     def _uninstrument(self, **kwargs: Any) -> None:
         global _replay_original
@@ -307,3 +351,4 @@ class RequestsReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             if getattr(requests.adapters.HTTPAdapter.send, "__reproit_replay__", False):
                 requests.adapters.HTTPAdapter.send = _replay_original  # type: ignore[method-assign]
             _replay_original = None
+            _restore_environment_settings()

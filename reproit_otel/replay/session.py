@@ -27,6 +27,7 @@ finalizer, signal handler or logging handler of reproit-otel takes either.
 from __future__ import annotations
 
 import os
+import re
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -39,6 +40,8 @@ from reproit_otel.wire._js import has_lone_surrogate
 from reproit_otel.wire._jsparse import js_json_parse
 from reproit_otel.wire.capsule import capsule_from_batch
 from reproit_otel.wire.replay import ReplaySession, live_redactor
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
 
 __all__ = [
     "activate",
@@ -82,7 +85,9 @@ def read_capsule_file(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"{file} is not JSON ({error}); expected a reproit-backend-capture capsule or a "
             "capture-batch-v1"
         ) from error
-    if has_lone_surrogate(document):
+    # Strictly decoded UTF-8 holds no surrogate: only a \uD800-\uDFFF escape can make one,
+    # so the walk over the whole document is needed only when the text has such an escape.
+    if _SURROGATE_ESCAPE.search(text) is not None and has_lone_surrogate(document):
         raise CapsuleError(f"{file} holds a lone UTF-16 surrogate escape; text must be Unicode")
     if isinstance(document, dict) and "batchId" in document and "format" not in document:
         capsule = capsule_from_batch(document)
@@ -115,15 +120,19 @@ def _configured(raw: str) -> tuple[str, ...]:
     return values
 
 
+@lru_cache(maxsize=8)
+def _combined(raw: str | None, registered: tuple[str, ...]) -> tuple[str, ...]:
+    configured = () if raw is None else _configured(raw)
+    return tuple(dict.fromkeys((*configured, *registered)))
+
+
 def live_secret_values() -> tuple[str, ...]:
     """The secret values scrubbed from live calls in replay (D8), as they are now.
 
     ``REPROIT_SECRET_VALUES`` read from the environment at each call (a test may change it),
     then every value registered through :func:`reproit_otel.secrets.get`.
     """
-    raw = os.environ.get(REPROIT_SECRET_VALUES)
-    configured = () if raw is None else _configured(raw)
-    return tuple(dict.fromkeys((*configured, *registered_secret_values())))
+    return _combined(os.environ.get(REPROIT_SECRET_VALUES), registered_secret_values())
 
 
 def activate(session: ReplaySession) -> None:

@@ -299,6 +299,7 @@ def _redact_user_info(url: str) -> str:
     return url[:start] + info + url[at:]
 
 
+@lru_cache(maxsize=1024)  # replay redacts each live URL twice: the probe, then the matcher
 def redact_url(url: str) -> str:
     """``url`` with secret-named query and fragment values and its user info replaced (D8).
 

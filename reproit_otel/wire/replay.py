@@ -40,6 +40,7 @@ on it on a thread that holds it.
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -239,6 +240,13 @@ class ReplaySession:
             and event.get("kind", UNSET) == "effect"
             and js_truthy(event.get("exchange", UNSET))
         ]
+        # The unconsumed exchanges of each (protocol, key), in recorded order: the front one is
+        # the only candidate of a call, found without walking the capsule (PROTOCOL 7.2).
+        self._open: dict[tuple[str, str], deque[_Entry]] = {}
+        for entry in self._entries:
+            if isinstance(entry.protocol, str):
+                self._open.setdefault((entry.protocol, entry.key), deque()).append(entry)
+        self._consumed = 0
         self.diverged = False
         self.divergence_lines: list[str] = []
         self.live_redactor = live_redactor
@@ -298,7 +306,7 @@ class ReplaySession:
     @property
     def consumed(self) -> int:
         """The number of recorded exchanges live calls have consumed."""
-        return sum(1 for entry in self._entries if entry.consumed)
+        return self._consumed
 
     def redact_probe(self, protocol: str, probe: dict[str, Any]) -> dict[str, Any]:
         """``probe`` after the session's ``live_redactor`` (unchanged without one)."""
@@ -330,15 +338,14 @@ class ReplaySession:
         """Like :meth:`match_with_line`, returning the consumed entry (with its answer)."""
         key = operation_key(protocol, probe)
         with self._lock:
-            for entry in self._entries:
-                if entry.consumed or not strict_equal(entry.protocol, protocol):
-                    continue
-                if entry.key != key:
-                    continue
+            waiting = self._open.get((protocol, key))
+            if waiting:
+                entry = waiting[0]
                 if request_matches(protocol, entry.request, probe):
+                    waiting.popleft()
                     entry.consumed = True
+                    self._consumed += 1
                     return entry, None
-                break  # the first unconsumed exchange of this key is the only candidate
             expected, consumed = self._diverge_locked(protocol, probe)
         return None, self._divergence(protocol, probe, expected, consumed)
 
@@ -355,8 +362,7 @@ class ReplaySession:
         candidate = next((entry for entry in open_entries if entry.key == key), None)
         if candidate is None and open_entries:
             candidate = open_entries[0]
-        consumed = sum(1 for entry in self._entries if entry.consumed)
-        return (None if candidate is None else candidate.request), consumed
+        return (None if candidate is None else candidate.request), self._consumed
 
     def _divergence(
         self, protocol: str, probe: dict[str, Any], expected: Any, consumed: int

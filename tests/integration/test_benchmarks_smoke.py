@@ -79,6 +79,19 @@ def test_replay_quick(tmp_path: Path) -> None:
     assert [row["calls"] for row in document["results"]] == [1, 10, 100]
     for row in document["results"]:
         assert set(row) >= {"reproit", "vcrpy", "live", "requests_floor", "load"}
+    assert [row["calls"] for row in document["workload"]] == [1, 10, 100]
+    for row in document["workload"]:
+        assert set(row) == {
+            "calls",
+            "repeats",
+            "reproit_ms",
+            "vcrpy_ms",
+            "vcrpy_over_reproit",
+            "fastest_reproit_ms",
+            "fastest_vcrpy_ms",
+            "fastest_vcrpy_over_reproit",
+        }
+    assert set(document["targets"]) >= {"workload_min_ratio", "workload_met"}
 
 
 @needs_gunicorn

@@ -360,3 +360,30 @@ def test_uninstrument_restores_exactly() -> None:
     assert requests.adapters.HTTPAdapter.__dict__["send"] is not original
     instrumentor.uninstrument()
     assert requests.adapters.HTTPAdapter.__dict__["send"] is original
+
+
+def test_replay_looks_up_no_transport_setting_in_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A replay connects nowhere: proxies and CA bundles from the environment change nothing,
+    and are not even looked up; uninstrumenting gives requests its own method back."""
+    upstream = Upstream()
+    try:
+        live, events = record(lambda: requests.get(upstream.base + "/json").json())
+    finally:
+        upstream.stop()
+    own = requests.Session.merge_environment_settings
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{closed_port()}")
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/nonexistent/ca.pem")
+    looked_up: list[str] = []
+    monkeypatch.setattr(
+        requests.sessions, "get_environ_proxies", lambda *a, **k: looked_up.append("proxies")
+    )
+    with replaying(capsule_of(events)), no_sockets(monkeypatch), requests.Session() as session:
+        assert requests.Session.merge_environment_settings is not own
+        session.stream = True
+        streamed = session.get(upstream.base + "/json")
+        assert streamed.raw is not None and not streamed._content_consumed  # stream=True kept
+        replayed = streamed.json()
+    assert requests.Session.merge_environment_settings is own
+    assert (replayed, looked_up) == (live, [])
