@@ -275,6 +275,31 @@ def test_check_reproduces_the_recorded_exception(loop: Loop) -> None:
         assert "ZeroDivisionError: float division by zero" in shown, done.stdout
 
 
+LOGGING_SETUPS = {
+    # The launcher's default: the logging instrumentation's handler alone on the root logger.
+    "otel-handler-only": {},
+    # It calls logging.basicConfig() first: a local stream handler beside OpenTelemetry's.
+    "log-correlation": {"OTEL_PYTHON_LOG_CORRELATION": "true"},
+    # No logging instrumentation at all.
+    "no-logging-instrumentation": {"OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "logging"},
+}
+
+
+@pytest.mark.parametrize("setup", sorted(LOGGING_SETUPS))
+def test_the_replayed_traceback_shows_once_whatever_the_logging(loop: Loop, setup: str) -> None:
+    if loop.framework != "flask":
+        pytest.skip("Flask logs the traceback through the root logger; the others log their own")
+    done = loop.check(**LOGGING_SETUPS[setup])
+    assert done.returncode == 1, done.stdout + done.stderr
+    shown = done.stdout.split("application stderr (last", 1)[1].splitlines()
+    # Flask's "Exception on /coupon [GET]" with the chained traceback, printed exactly once.
+    assert sum("Exception on /coupon [GET]" in line for line in shown) == 1, shown
+    assert sum(line.strip() == "Traceback (most recent call last):" for line in shown) == 2
+    verbose = loop.check("--verbose", **LOGGING_SETUPS[setup])
+    assert "application stderr (last" not in verbose.stdout
+    assert sum("Exception on /coupon [GET]" in line for line in verbose.stderr.splitlines()) == 1
+
+
 def test_another_exception_is_a_different_failure(loop: Loop) -> None:
     code, result = loop.check_json(COUPON_OTHER="1")
     assert (code, result["verdict"], result["differentFailure"]) == (3, "inconclusive", True)
