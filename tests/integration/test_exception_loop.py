@@ -41,9 +41,12 @@ import httpx
 import pytest
 
 from reproit_otel.cli.check_text import COLUMN_WIDTH
+from reproit_otel.ingest.store import SQLiteStore
 from reproit_otel.uploader import Uploader, UploaderSettings
 from reproit_otel.wire.batch import CaptureEnvironment, CaptureSettings
+from reproit_otel.wire.capsule import capsule_from_batch
 from reproit_otel.wire.exception import error_of_output
+from reproit_otel.wire.validate import validate_capture_batch
 from tests.integration import test_ingest_web as web_page
 from tests.integration.served_ingest import ServedIngest, cli_command
 from tests.integration.upstream import Upstream
@@ -255,6 +258,19 @@ def test_the_capsule_carries_the_exception_scrubbed(loop: Loop) -> None:
     assert application_frames(cause) == [
         ("coupon_logic.py", line_of("coupon_logic.py", "# BUG"), "apply_coupon")
     ]
+
+
+def test_the_stored_batch_passes_the_reference_validator_and_projects_to_the_capsule(
+    loop: Loop,
+) -> None:
+    store = SQLiteStore(loop.workdir / "ingest.db")
+    try:
+        batch = store.latest_batch(loop.occurrence)
+    finally:
+        store.close()
+    assert batch is not None
+    assert validate_capture_batch(batch) == []
+    assert capsule_from_batch(batch) == loop.capsule
 
 
 def test_check_reproduces_the_recorded_exception(loop: Loop) -> None:
