@@ -16,7 +16,8 @@ it) and answers, before any route runs:
 * ``429 auth-rate`` for every request of a client address that failed authentication
   :data:`FAILED_AUTH_LIMIT` times within :data:`FAILED_AUTH_WINDOW_S` seconds, until the
   oldest of those failures leaves the window (``Retry-After`` says when). A failure is an
-  answer of ``401`` (the API's refusal of a key, and the sign-in form's).
+  answer of ``401`` to a request that presented a credential (a bearer key, a session
+  cookie, the sign-in form); opening the page without one is not counted.
 * ``408 body-timeout`` when the client sends no part of the request body for
   ``body_timeout`` seconds.
 
@@ -220,8 +221,16 @@ class _BodyTimeout(Exception):
 
 
 def _is_failed_auth(scope: Scope, start: Message) -> bool:
-    """A refused key: the API's and the sign-in form's answer are both ``401``."""
-    return bool(start.get("status") == 401)
+    """A refused credential: a ``401`` to a request that presented one (a bearer key, a
+    session cookie, the sign-in form). Opening the page without one is no guess."""
+    if start.get("status") != 401:
+        return False
+    if scope.get("method") == "POST" and scope.get("path") == "/login":
+        return True
+    for name, value in scope.get("headers") or ():
+        if name == b"authorization" or (name == b"cookie" and b"reproit_session=" in value):
+            return True
+    return False
 
 
 async def _respond(

@@ -182,6 +182,8 @@ def test_the_replay_line_names_the_public_url_not_the_host_header(
 def test_failed_authentications_are_limited_per_client(keyed_ingest: ServedIngest) -> None:
     url = f"{keyed_ingest.base_url}/v1/occurrences"
     wrong = {"authorization": "Bearer guess"}
+    # Asking without any credential (opening the page) is no guess: never limited.
+    assert [httpx.get(url).status_code for _ in range(12)] == [401] * 12
     statuses = [
         httpx.get(url, headers={"authorization": f"Bearer guess-{n}"}).status_code
         for n in range(10)
