@@ -44,11 +44,12 @@ library runs: reasons met under it are queued and reported to the processor (whi
 and logs them) after it is released, deferred exchanges and the output are built and
 scrubbed before :meth:`Operation.finish` takes it, the ``return`` event is pushed after the
 operation is closed under it, and a noted exception is redacted into the output with it
-released. A finalizer never reaches it: reproit-otel's own only hand work over
-(``recording.py``, "Finalizers"), and :meth:`Operation.finish` settles that work before it
-takes the lock. So no hook of ours can wait on this lock on a thread that already holds it
-(a re-entrant lock would only have let such a hook change the operation half way through a
-finish).
+released. A finalizer never reaches it: reproit-otel's own only hand work over, and while a
+thread is collecting, the hooks other code's finalizers may call (a span ended, an exchange
+finished, an operation finished) hand themselves over instead of taking it (``recording.py``,
+"Finalizers"); :meth:`Operation.finish` settles that work before it takes the lock. So no hook
+of ours can wait on this lock on a thread that already holds it (a re-entrant lock would only
+have let such a hook change the operation half way through a finish).
 """
 
 from __future__ import annotations
@@ -654,6 +655,11 @@ class Operation:
         built before the lock is taken; the lock only decides ``effectsComplete`` and closes
         the operation, and the ``return`` event is pushed after it is released.
         """
+        if recording.collecting.active:  # a finalizer (a dropped request coroutine)
+            recording.hand_over(
+                functools.partial(self.finish, status, output, output_factory=output_factory)
+            )
+            return
         if recording.handed_over:
             recording.settle_handed_over()
         if self._closed or self.evicted:

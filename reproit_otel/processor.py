@@ -32,7 +32,9 @@ pipeline: the collector runs finalizers on whichever thread allocates, possibly 
 the locked sections below. Finalizers hand their work over through
 :func:`reproit_otel.recording.hand_over` (a lock-free deque) or do nothing; the processor
 settles it when a server span begins, recorders when a call starts, an operation when it
-finishes, all with no lock held. The locks the application's threads take on the capture
+finishes, all with no lock held. Other code's finalizers end spans too (a generator closed
+with its span open): while the thread is collecting (``recording.collecting``), ``on_start``
+and ``on_end`` hand themselves over the same way instead of taking any lock. The locks the application's threads take on the capture
 side, and why none can be waited on by a thread that already holds it:
 
 * the processor's lock (``_lock``, plain): the operation tables and the statistics. Taken last
@@ -201,6 +203,7 @@ class ReproitSpanProcessor(SpanProcessor):
         self._stats: Counter[str] = Counter()
         self._reasons: Counter[str] = Counter()
         self._shutdown = False
+        self._watching = False  # recording.watch_collections() called
         self._secrets: tuple[str, ...] = self.config.secret_values
         self._registered: tuple[str, ...] = ()
         recording.set_pipeline(self)
@@ -230,6 +233,9 @@ class ReproitSpanProcessor(SpanProcessor):
         """Begin an operation at a local-root SERVER span; track spans under an operation."""
         if self._shutdown:
             return
+        if recording.collecting.active:  # a finalizer started it: see _settle_later
+            self._settle_later(self.on_start, span, parent_context)
+            return
         try:
             self._on_start(span)
         except Exception as exc:
@@ -239,10 +245,20 @@ class ReproitSpanProcessor(SpanProcessor):
         """Settle a span's coverage; hand off an operation whose server span ended."""
         if self._shutdown or not self._spans:
             return
+        if recording.collecting.active:  # a finalizer ended it: see _settle_later
+            self._settle_later(self.on_end, span)
+            return
         try:
             self._on_end(span)
         except Exception as exc:
             absorb("processor.on_end", exc)
+
+    @staticmethod
+    def _settle_later(hook: Callable[..., None], *args: Any) -> None:
+        """Hand a span hook over: the collector runs finalizers (a generator or coroutine
+        closed with its span open) inside whatever the thread was doing, maybe one of our
+        locked sections, so the hook runs at the next one that holds no lock."""
+        recording.hand_over(partial(hook, *args))
 
     def shutdown(self) -> None:
         """Stop recording (may be called twice) and close the sinks (``close``/``shutdown``)."""
@@ -423,6 +439,9 @@ class ReproitSpanProcessor(SpanProcessor):
         if (self.capture or self.config.scan) and span.kind is SpanKind.SERVER:
             if recording.handed_over:  # what finalizers handed over: no lock is held here
                 recording.settle_handed_over()
+            if not self._watching:
+                self._watching = True
+                recording.watch_collections()
             context = span.context
             self._begin(span, context.trace_id, context.span_id)
 

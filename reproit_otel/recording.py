@@ -61,6 +61,17 @@ runs at the next hook that holds no lock (:func:`settle_handed_over`: the next
 :func:`start_exchange`, the next operation's begin and every operation's finish). Finalizers
 do that or nothing.
 
+Other code's finalizers can reach our hooks too: a generator or coroutine closed by the
+collector ends its OpenTelemetry span (the span processor's ``on_end``), an object's
+``__del__`` closes a recorded response or makes an instrumented call. So while this thread is
+collecting (:data:`collecting`, kept by a ``gc.callbacks`` entry that
+:func:`watch_collections` adds once an operation is recorded; it only stores a flag), the
+hooks do not take their locks: the span processor's ``on_start``/``on_end``, an operation's
+finish and :class:`ExchangeRecorder`'s finish and fail hand themselves over, and
+:func:`start_exchange` records nothing (the call's span, handed over, makes the operation
+incomplete). A signal handler of the application that ends spans or makes instrumented calls
+is not covered: it runs between bytecodes of the main thread, not inside a collection.
+
 Locks here. ``_secrets_lock`` only orders concurrent :func:`register_secret_values` calls;
 nothing under it allocates more than a tuple of the values, logs, or calls out, and readers
 never take it (they read the tuple that is replaced whole). A finalizer, signal or logging
@@ -76,6 +87,7 @@ override has no live operation (between tests) the installed pipeline is asked a
 from __future__ import annotations
 
 import collections
+import gc
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
@@ -93,6 +105,7 @@ __all__ = [
     "Unrecordable",
     "clear_override_pipeline",
     "clear_pipeline",
+    "collecting",
     "cover_current_span",
     "current_pipeline",
     "hand_over",
@@ -106,6 +119,7 @@ __all__ = [
     "set_pipeline",
     "settle_handed_over",
     "start_exchange",
+    "watch_collections",
 ]
 
 EFFECT_KINDS = frozenset({"read", "write", "delete", "emit", "call"})
@@ -201,6 +215,9 @@ class ExchangeRecorder:
         ``exchange`` is the bounded exchange object (``protocol``, ``request``, ``response``).
         An unknown ``effect`` kind makes the exchange fail instead.
         """
+        if collecting.active:  # a finalizer, maybe inside one of our locked sections
+            hand_over(lambda: self.finish(effect, resource=resource, key=key, exchange=exchange))
+            return
         if not self._claim():
             return
         with guarded(f"recording.finish[{self.library}]"):
@@ -217,6 +234,9 @@ class ExchangeRecorder:
         See "Deferred exchanges" in the module docstring. ``build()`` returns
         ``(resource, key, exchange)`` or raises :class:`Unrecordable`.
         """
+        if collecting.active:  # a finalizer, maybe inside one of our locked sections
+            hand_over(lambda: self.finish_deferred(effect, build))
+            return
         try:  # _claim(), inline: this runs for every recorded call
             self._unclaimed.pop()
         except IndexError:
@@ -243,6 +263,9 @@ class ExchangeRecorder:
 
     def fail(self, reason: str) -> None:
         """The exchange could not be recorded: the operation's effects become incomplete."""
+        if collecting.active:  # a finalizer, maybe inside one of our locked sections
+            hand_over(lambda: self.fail(reason))
+            return
         if not self._claim():
             return
         with guarded(f"recording.fail[{self.library}]"):
@@ -325,6 +348,30 @@ def recording_enabled() -> bool:
     return False
 
 
+class _Collecting(threading.local):
+    active = False
+
+
+collecting = _Collecting()
+"""``collecting.active`` is true on a thread while the garbage collector runs on it (while
+finalizers and weakref callbacks run); set by :func:`watch_collections`'s GC callback."""
+_watching = False
+
+
+def _collection_phase(phase: str, info: dict[str, int]) -> None:
+    # A GC callback: one attribute store, no lock, no call into the pipeline.
+    collecting.active = phase == "start"
+
+
+def watch_collections() -> None:
+    """Keep :data:`collecting` up to date from now on (idempotent; the span processor calls
+    it when it begins an operation, the CI plugin when it attaches a test)."""
+    global _watching
+    if not _watching:
+        _watching = True
+        gc.callbacks.append(_collection_phase)
+
+
 # Only append and popleft are used on it: both are atomic under the GIL and take no lock.
 handed_over: collections.deque[Callable[[], object]] = collections.deque()
 """The work finalizers handed over (see "Finalizers" in the module docstring), oldest first.
@@ -347,9 +394,12 @@ def settle_handed_over() -> None:
     """Run the work finalizers handed over, oldest first, on this thread.
 
     Callers: the pipeline's hooks, at a point where this thread holds no lock of
-    reproit-otel (the work takes the locks of the operation it finishes).
+    reproit-otel (the work takes the locks of the operation it finishes). Only the work
+    there is when it starts runs: work handed over again meanwhile waits for the next hook.
     """
-    while handed_over:
+    if collecting.active:  # inside a collection: the next hook settles it
+        return
+    for _ in range(len(handed_over)):
         try:
             work = handed_over.popleft()
         except IndexError:  # another thread took the last one
@@ -369,6 +419,8 @@ def start_exchange(library: str) -> ExchangeRecorder | None:
     """
     if handed_over:
         settle_handed_over()
+    if collecting.active:  # a finalizer's call, maybe inside one of our locked sections
+        return None
     pipeline = _pipeline
     override = _override
     try:
@@ -393,6 +445,8 @@ def mark_incomplete(reason: str) -> None:
     pipeline = _pipeline
     if pipeline is None and _override is None:
         return
+    if collecting.active:  # the current span is unknown later: its span reports it instead
+        return
     with guarded("recording.mark_incomplete"):
         if is_suppressed():
             return
@@ -409,6 +463,8 @@ def cover_current_span() -> None:
     """
     pipeline = _pipeline
     if pipeline is None and _override is None:
+        return
+    if collecting.active:  # a finalizer's call, maybe inside one of our locked sections
         return
     with guarded("recording.cover_current_span"):
         if is_suppressed():

@@ -41,7 +41,11 @@ from typing import Any
 
 from reproit_otel._guard import guarded
 from reproit_otel.errors import TraceError
-from reproit_otel.recording import ExchangeRecorder, registered_secret_values
+from reproit_otel.recording import (
+    ExchangeRecorder,
+    registered_secret_values,
+    watch_collections,
+)
 from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.redaction import scrub_secret_values, scrub_value
 from reproit_otel.wire.trace import MAX_EVENTS, BackendTrace
@@ -106,6 +110,7 @@ class CiRecordingPipeline:
 
     def attach(self, trace: CiTrace) -> None:
         """Make ``trace`` the one every exchange goes to until :meth:`detach`."""
+        watch_collections()  # finalizers' calls are then handed over (recording.py)
         with self._lock:
             self._trace = trace
 

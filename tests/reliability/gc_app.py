@@ -18,6 +18,8 @@ Environment: ``UPSTREAM`` (the loopback upstream of ``tests/integration/upstream
 ``GET /late-close``      reads one chunk of a stream, makes another call, then closes it; 200
 ``GET /unread``          opens a stream, reads nothing, drops it; 200
 ``GET /cursor``          a named cursor executed and dropped unfetched, then a plain query; 200
+``GET /dropped-span``    drops an object whose finalizer ends an OpenTelemetry CLIENT span (the
+                         application's finalizer, not reproit-otel's), then a call; 200
 ``GET /fail``            a healthy call, then a large JSON 500
 ``GET /order/<n>``       one call and one query; 200
 =======================  =======================================================================
@@ -41,6 +43,7 @@ from opentelemetry.instrumentation.flask import FlaskInstrumentor
 from opentelemetry.instrumentation.psycopg2 import Psycopg2Instrumentor
 from opentelemetry.instrumentation.requests import RequestsInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import SpanKind
 
 from reproit_otel import bootstrap
 
@@ -55,6 +58,7 @@ processor = bootstrap.install(provider)  # None with REPROIT_DISABLED=1
 FlaskInstrumentor().instrument_app(app, tracer_provider=provider)
 RequestsInstrumentor().instrument(tracer_provider=provider)
 Psycopg2Instrumentor().instrument(tracer_provider=provider, skip_dep_check=True)
+tracer = provider.get_tracer(__name__)
 # SIGUSR2 (which gunicorn leaves to the application in its workers): every thread's stack
 # to stderr, so a test can see where a request that does not answer is stuck.
 faulthandler.register(signal.SIGUSR2, all_threads=True)
@@ -123,6 +127,23 @@ def cursor() -> Any:
     finally:
         connection.close()
     return jsonify({"value": value})
+
+
+class _Cleanup:
+    """Holds a span open until the collector frees it (it refers to itself: a cycle)."""
+
+    def __init__(self) -> None:
+        self.span = tracer.start_span("cleanup", kind=SpanKind.CLIENT)
+        self.me = self
+
+    def __del__(self) -> None:
+        self.span.end()  # on whatever thread collects, maybe inside reproit-otel
+
+
+@app.get("/dropped-span")
+def dropped_span() -> Any:
+    _Cleanup()
+    return jsonify({"rate": _rate(5)})
 
 
 @app.get("/fail")

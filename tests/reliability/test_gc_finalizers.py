@@ -9,7 +9,8 @@ failed test, never in a hanging test run:
   failure is being built, under several collector thresholds; every request answers and every
   failure is captured;
 * the capture end-to-end shapes (streams read partly and abandoned, closed late, never read;
-  a named cursor dropped unfetched; failing and healthy requests mixed) with
+  a named cursor dropped unfetched; a span the application's own finalizer ends; failing and
+  healthy requests mixed) with
   ``gc.set_threshold(1, 1, 1)`` and 16 client threads: every response is byte for byte the
   one the service gives with reproit-otel disabled;
 * the same shapes under gunicorn's threaded workers (2 workers x 16 threads) with 32
@@ -39,7 +40,16 @@ from tests.reliability import gc_run
 
 ROOT = Path(__file__).resolve().parents[2]
 GUNICORN = Path(sys.executable).with_name("gunicorn")
-SHAPES = ["/partial", "/late-close", "/unread", "/cursor", "/fail", "/order/3", "/abandon"]
+SHAPES = [
+    "/partial",
+    "/late-close",
+    "/unread",
+    "/cursor",
+    "/dropped-span",
+    "/fail",
+    "/order/3",
+    "/abandon",
+]
 
 
 def _child_environ(dsn: str, **extra: str) -> dict[str, str]:
