@@ -34,8 +34,9 @@ the locked sections below. Finalizers hand their work over through
 settles it when a server span begins, recorders when a call starts, an operation when it
 finishes, all with no lock held. Other code's finalizers end spans too (a generator closed
 with its span open): while the thread is collecting (``recording.collecting``), ``on_start``
-and ``on_end`` hand themselves over the same way instead of taking any lock. The locks the application's threads take on the capture
-side, and why none can be waited on by a thread that already holds it:
+and ``on_end`` hand themselves over the same way instead of taking any lock. The locks the
+application's threads take on the capture side, and why none can be waited on by a thread
+that already holds it:
 
 * the processor's lock (``_lock``, plain): the operation tables and the statistics. Taken last
   (after an operation's lock, never before one); under it only dict and counter updates run:
