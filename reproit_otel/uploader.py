@@ -93,13 +93,14 @@ from reproit_otel.wire.batch import (
     operation_status,
 )
 from reproit_otel.wire.canonical import canonical_json_bytes
-from reproit_otel.wire.trace import BackendTrace
+from reproit_otel.wire.trace import MAX_EVENTS, BackendTrace
 
 if TYPE_CHECKING:
     from reproit_otel.config import ReproitConfig
 
 __all__ = [
     "DEFAULT_EXIT_FLUSH_TIMEOUT_S",
+    "HEAVY_QUEUE_LIMIT",
     "QUEUE_LIMIT",
     "Uploader",
     "UploaderSettings",
@@ -109,6 +110,8 @@ __all__ = [
 _log = logging.getLogger("reproit_otel")
 
 QUEUE_LIMIT = 64
+HEAVY_QUEUE_LIMIT = 4
+"""Operations past the 256-event trace limit that may wait in the queue at once."""
 MIN_FLUSH_INTERVAL_MS = 100
 MAX_RETRY_LIMIT = 5
 DEFAULT_EXIT_FLUSH_TIMEOUT_S = 2.0
@@ -342,11 +345,24 @@ class Uploader:
             while len(self._queue) > self.settings.queue_limit:
                 self._queue.popleft()
                 self._stats["dropped_operations"] += 1
+            if len(operation["events"]) > MAX_EVENTS:
+                self._bound_heavy_locked()
             if self._deadline is None:
                 self._deadline = time.monotonic() + self.settings.flush_interval_ms / 1000
             self._ensure_thread()
             self._cond.notify_all()
         return True
+
+    def _bound_heavy_locked(self) -> None:
+        """Keep at most :data:`HEAVY_QUEUE_LIMIT` heavy operations queued, dropping the oldest.
+
+        A heavy operation (past the 256-event trace limit) may hold thousands of exchanges; an
+        ingest that is down must not let a service pile up 64 of them.
+        """
+        heavy = [op for op in self._queue if len(op["events"]) > MAX_EVENTS]
+        for operation in heavy[: max(0, len(heavy) - HEAVY_QUEUE_LIMIT)]:
+            self._queue.remove(operation)
+            self._stats["dropped_operations"] += 1
 
     def flush(self, timeout: float | None = None) -> bool:
         """Send everything queued now; True once the queue is empty and nothing is sending.

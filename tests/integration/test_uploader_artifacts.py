@@ -19,11 +19,12 @@ from typing import Any
 import httpx
 import pytest
 
-from reproit_otel.uploader import Uploader
+from reproit_otel.uploader import HEAVY_QUEUE_LIMIT, Uploader
 from reproit_otel.wire.artifacts import CAPSULE_MEDIA_TYPE
 from reproit_otel.wire.capsule import capsule_bytes, capsule_from_batch, validate_capsule
+from reproit_otel.wire.trace import BackendTrace, TraceContext
 from reproit_otel.wire.validate import validate_capture_batch
-from tests.integration.capture_helpers import built_batch, failing_trace
+from tests.integration.capture_helpers import SEED, built_batch, failing_trace, http_exchange
 from tests.integration.loopback_ingest import LoopbackIngest
 from tests.integration.served_ingest import ServedIngest
 from tests.integration.test_uploader import environment, settings
@@ -220,3 +221,34 @@ def test_the_page_lists_every_exchange_a_page_at_a_time(
     pulled = httpx.get(f"{ingest.base_url}/v1/occurrences/{occurrence}/capsule", headers=_auth())
     assert download.content == pulled.content
     assert len(validate_capsule(download.json())["events"]) == 152
+
+
+def _heavy_trace(calls: int) -> BackendTrace:
+    context = TraceContext(trace_id="cap-heavy", capture_envelope=True, replay_seed=SEED)
+    trace = BackendTrace.begin(context, "GET /report", input=None, max_events=calls + 2)
+    for index in range(calls):
+        trace.effect(
+            "call",
+            resource="payments:8080",
+            key=f"GET /item/{index}",
+            exchange=http_exchange(f"/item/{index}", body="ok"),
+        )
+    trace.finish({"error": "report failed"}, 500, False, True)
+    return trace
+
+
+def test_at_most_a_few_heavy_operations_wait_in_the_queue() -> None:
+    ingest = LoopbackIngest()
+    try:
+        uploader = Uploader(
+            settings(ingest.url, capture_budget=4 * 1024 * 1024, flush_interval_ms=600_000),
+            environment,
+        )
+        for _ in range(HEAVY_QUEUE_LIMIT + 2):
+            assert uploader.record(_heavy_trace(300)) is True
+        uploader.record(failing_trace(calls=1))  # an ordinary one is not counted among them
+        stats = uploader.stats()
+        uploader.close(timeout=0)
+    finally:
+        ingest.stop()
+    assert (stats["queued"], stats["dropped_operations"]) == (HEAVY_QUEUE_LIMIT + 1, 2)
