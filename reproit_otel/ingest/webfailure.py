@@ -37,6 +37,8 @@ from reproit_otel.wire.exception import (
 __all__ = ["exception_section", "kinds_section", "timeline_section"]
 
 _MAX_CHAIN_SHOWN = 4
+MAX_BARS = 200
+"""Exchanges drawn on the timeline (the first ones; a heavy operation has more)."""
 
 
 def _frame_line(frame: Mapping[str, Any]) -> str:
@@ -178,6 +180,8 @@ def timeline_section(
         end = max((stamp for _, stamp in steps), default=0)
     if not steps or end <= 0:
         return ""
+    total = len(steps)
+    steps = steps[:MAX_BARS]
     row_height, label_rows = 22, []
     bars = []
     previous = 0
@@ -206,6 +210,11 @@ def timeline_section(
         f"{''.join(label_rows)}</ol>"
         f'<svg class="timeline-bars" width="100%" height="{height}" role="img" '
         f'aria-label="exchanges over the request duration">{"".join(bars)}</svg></div>'
-        '<p class="muted">A bar runs from the previous step to the moment the exchange '
+        + (
+            f'<p class="muted">The first {MAX_BARS} of {total} exchanges are drawn.</p>'
+            if total > MAX_BARS
+            else ""
+        )
+        + '<p class="muted">A bar runs from the previous step to the moment the exchange '
         "completed; red ones failed.</p></section>"
     )

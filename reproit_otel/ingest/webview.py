@@ -494,7 +494,7 @@ def occurrence_html(
         + exception_section(view.returned)
         + kinds_section(occurrence.id, kinds, selected_kind, shown_kind)
         + replay
-        + timeline_section(view.effects, view.returned)
+        + timeline_section(effects, view.returned)
         + f'<section id="completeness"><h2>Completeness</h2>{_completeness(view)}</section>'
         + f'<section id="input"><h2>Input</h2>{_input(occurrence.operation, view.input)}'
         "</section>"

@@ -335,3 +335,30 @@ def test_the_side_by_side_view_aligns_fields_and_marks_the_different_ones() -> N
         '    "method": "GET"    |   d left in the reco',
         "  }                    |   rding)",
     ]
+
+
+def test_the_timeline_draws_each_exchange_from_the_previous_step_to_its_completion() -> None:
+    from reproit_otel.ingest.webfailure import timeline_section
+
+    def effect(mono_ns: int, exchange: dict[str, Any]) -> dict[str, Any]:
+        raw = {"kind": "effect", "monoNs": mono_ns, "exchange": exchange}
+        return {"kind": "dependency", "value": {"representation": "replayable", "value": raw}}
+
+    http = {
+        "protocol": "http",
+        "request": {"method": "GET", "url": "http://a/x"},
+        "response": {"status": 200},
+    }
+    sql = {
+        "protocol": "pg",
+        "request": {"text": "SELECT 1"},
+        "response": {"error": {"pgcode": "42P01"}},
+    }
+    html = timeline_section(
+        [effect(2_000_000, http), effect(8_000_000, sql)], {"kind": "return", "monoNs": 10_000_000}
+    )
+    assert '<rect class="bar" x="0.000%" y="4" width="20.000%" height="14">' in html
+    assert '<rect class="bar failed" x="20.000%" y="26" width="60.000%" height="14">' in html
+    assert "<code>GET http://a/x</code>" in html and "<code>SELECT 1</code>" in html
+    assert "over the request's 10.0 ms" in html
+    assert timeline_section([], {"kind": "return", "monoNs": 5}) == ""
