@@ -276,3 +276,9 @@ def start_input(capsule: Mapping[str, Any]) -> dict[str, Any]:
     start = next(event for event in capsule["events"] if event["kind"] == "start")
     value: dict[str, Any] = start["input"]
     return value
+
+
+def dumped(result: Mapping[str, Any]) -> str:
+    """A check result for an assertion message: verdict, reason, divergences whole, stderr."""
+    shown = {key: result.get(key) for key in ("verdict", "reason", "divergences")}
+    return json.dumps(shown, indent=1, ensure_ascii=False) + "\n" + str(result.get("_stderr"))

@@ -25,6 +25,7 @@ from tests.integration.stack_support import (
     Request,
     Stack,
     StackRun,
+    dumped,
     exchanges,
     run_stack,
     start_input,
@@ -136,7 +137,7 @@ def test_the_failure_is_captured_whole_with_its_input(run: StackRun, kind: str) 
 @pytest.mark.parametrize("kind", ["cold", "warm"])
 def test_the_replay_reproduces_the_failure(run: StackRun, kind: str) -> None:
     code, result = run.check(kind)
-    assert (code, result["verdict"], result["divergences"]) == (1, "reproduced", []), result
+    assert (code, result["verdict"], result["divergences"]) == (1, "reproduced", []), dumped(result)
     assert result["observedResult"]["status"] == 500
 
 
@@ -144,7 +145,7 @@ def test_the_replay_reproduces_the_failure(run: StackRun, kind: str) -> None:
 @pytest.mark.parametrize("kind", ["cold", "warm"])
 def test_the_fixed_code_replays_as_fixed(run: StackRun, kind: str) -> None:
     code, result = run.check(kind, LEDGER_FIXED="1")
-    assert (code, result["verdict"]) == (0, "fixed"), result
+    assert (code, result["verdict"]) == (0, "fixed"), dumped(result)
     answer = json.loads(result["observedResult"]["body"])
     assert (answer["overdue"], answer["average"], answer["rate"]) == (0, "0", 1.5)
 
@@ -153,7 +154,7 @@ def test_the_fixed_code_replays_as_fixed(run: StackRun, kind: str) -> None:
 @pytest.mark.parametrize("kind", ["cold", "warm"])
 def test_a_changed_query_parameter_diverges(run: StackRun, kind: str) -> None:
     code, result = run.check(kind, LEDGER_OTHER_CURRENCY="1")
-    assert (code, result["verdict"]) == (3, "diverged"), result
+    assert (code, result["verdict"]) == (3, "diverged"), dumped(result)
     [divergence] = result["divergences"]
     assert divergence["protocol"] == "pg"
     assert "USD" in json.dumps(divergence["got"]), divergence

@@ -93,12 +93,12 @@ def test_the_django_example_reproduces_then_is_fixed(tmp_path: Path) -> None:
 
         check = command_starting(README, "OTEL_TRACES_EXPORTER=none")
         replayed = _sh(check, tmp_path, env)
-        assert (replayed.returncode, _verdict(replayed.stdout)) == (1, "reproduced"), (
+        assert (replayed.returncode, _verdict(replayed.stdout)) == (1, "REPRODUCED"), (
             replayed.stdout + replayed.stderr
         )
         views.write_text(views.read_text(encoding="utf-8").replace(BUG, FIX), encoding="utf-8")
         fixed = _sh(check, tmp_path, env)
-        assert (fixed.returncode, _verdict(fixed.stdout)) == (0, "fixed"), (
+        assert (fixed.returncode, _verdict(fixed.stdout)) == (0, "FIXED"), (
             fixed.stdout + fixed.stderr
         )
     finally:
