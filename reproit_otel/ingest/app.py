@@ -280,7 +280,19 @@ class IngestApp:
                 },
                 status_code=415,
             )
-        raw = self._decompress(await self._body(request), request.headers.get("content-encoding"))
+        body = await self._body(request)
+        raw = await run_in_threadpool(  # megabytes to inflate, hash and parse: off the loop
+            self._checked_artifact, body, request.headers.get("content-encoding"), identifier
+        )
+        stored = await run_in_threadpool(self.store.store_artifact, identifier, media_type, raw)
+        return JSONResponse(
+            {"stored": stored, "id": identifier, "bytes": len(raw)},
+            status_code=201 if stored else 200,
+        )
+
+    def _checked_artifact(self, body: bytes, encoding: str | None, identifier: str) -> bytes:
+        """The artifact's bytes, checked against its id and read as a capsule."""
+        raw = self._decompress(body, encoding)
         if artifact_id(raw) != identifier:
             raise _Refused(
                 400,
@@ -292,11 +304,7 @@ class IngestApp:
             load_capsule(raw)
         except CapsuleError as error:
             raise _Refused(400, "artifact", "body", f"not a capsule: {error}") from error
-        stored = await run_in_threadpool(self.store.store_artifact, identifier, media_type, raw)
-        return JSONResponse(
-            {"stored": stored, "id": identifier, "bytes": len(raw)},
-            status_code=201 if stored else 200,
-        )
+        return raw
 
     async def post_traces(self, request: Request) -> Response:
         self._authorize(request)
@@ -315,9 +323,12 @@ class IngestApp:
                 status_code=415,
                 media_type="application/json",
             )
-        raw = self._decompress(await self._body(request), request.headers.get("content-encoding"))
+        body = await self._body(request)
+        encoding = request.headers.get("content-encoding")
         try:
-            spans = await run_in_threadpool(_failing_spans, raw)
+            spans = await run_in_threadpool(
+                lambda: _failing_spans(self._decompress(body, encoding))
+            )
         except OtlpDecodeError as error:
             raise _Refused(400, "otlp", "body", str(error)) from error
         if spans:
