@@ -20,9 +20,10 @@ Routes (every ``/v1`` route needs ``Authorization: Bearer <key>``):
     or ``200`` with ``"stored": false`` when the same artifact is already stored (it is stored
     once); ``400`` when the bytes do not hash to ``id`` (``artifact-hash``) or are not a capsule;
     ``415`` for another media type.
-``GET /v1/occurrences?operation=&status=&project=&limit=&offset=``
+``GET /v1/occurrences?operation=&status=&project=&exception=&limit=&offset=``
     ``{"occurrences": [...], "total": N, "limit": L, "offset": O, "nextOffset": O2 | null}``,
-    most recently seen first (``limit`` 1..500, default 50).
+    most recently seen first (``limit`` 1..500, default 50); ``exception`` keeps those with a
+    failure of that exception kind (``ingest/failure_kinds.py``).
 ``GET /v1/occurrences/{id}``
     One occurrence, ``404`` when unknown.
 ``GET /v1/occurrences/{id}/capsule``
@@ -362,6 +363,7 @@ class IngestApp:
                 operation=query.get("operation") or None,
                 status=status,
                 project_id=query.get("project") or None,
+                exception_kind=query.get("exception") or None,
                 limit=min(MAX_PAGE, limit),
                 offset=offset,
             )

@@ -457,6 +457,13 @@ def test_the_page_shows_the_exception_its_kinds_and_the_timeline(loop: Loop, bro
         assert errors == []
     finally:
         context.close()
+    for wanted, found in ((kind, [loop.occurrence]), ("KeyError @ elsewhere.py in f", [])):
+        listed = httpx.get(
+            f"{loop.ingest.base_url}/v1/occurrences",
+            params={"exception": wanted},
+            headers={"authorization": f"Bearer {KEY}"},
+        ).json()
+        assert [row["id"] for row in listed["occurrences"]] == found
 
 
 def texts(page: Any, selector: str) -> list[str]:
