@@ -28,13 +28,14 @@ strings replaced by placeholders. Give the session a ``live_redactor`` that appl
 redaction to each live probe (:func:`live_redactor` builds one from the secret values);
 probes are redacted before matching and before they appear in a divergence line.
 
-Locks. A session has one plain lock: it makes "find the first unconsumed candidate and
-consume it" one step for concurrent calls, and marks the session diverged. Under it only the
-recorded entries are compared with the probe; the divergence report, its JSON line, the
-served body and the ``on_divergence`` callback are built and called after it is released
-(appending the line to :attr:`ReplaySession.divergence_lines` is one atomic ``list.append``).
-Nothing under it logs or calls code outside this module's pure helpers, so no hook can wait
-on it on a thread that holds it.
+Locks. A session has one plain lock, held only to read the front candidate of a key, to
+consume it (after checking it is still the front one) and to mark the session diverged:
+nothing under it allocates, logs or calls code outside this module. The probe is compared
+with the candidate between the two (a candidate consumed meanwhile by another call is looked
+up again), and the divergence report, its JSON line, the served body and the
+``on_divergence`` callback are built and called after it is released (appending the line to
+:attr:`ReplaySession.divergence_lines` is one atomic ``list.append``). So a collection, and a
+finalizer making a replayed call, can never run while it is held.
 """
 
 from __future__ import annotations
@@ -325,8 +326,10 @@ class ReplaySession:
 
     def diverge(self, protocol: str, probe: dict[str, Any]) -> str:
         """Mark the session diverged for ``probe`` and return the divergence line."""
+        key = operation_key(protocol, probe)
         with self._lock:
-            expected, consumed = self._diverge_locked(protocol, probe)
+            expected = self._diverge_locked(protocol, key)
+            consumed = self._consumed
         return self._divergence(protocol, probe, expected, consumed)
 
     def match_with_line(self, protocol: str, probe: dict[str, Any]) -> tuple[Any, str | None]:
@@ -336,33 +339,43 @@ class ReplaySession:
 
     def match_entry(self, protocol: str, probe: dict[str, Any]) -> tuple[_Entry | None, str | None]:
         """Like :meth:`match_with_line`, returning the consumed entry (with its answer)."""
-        key = operation_key(protocol, probe)
-        with self._lock:
-            waiting = self._open.get((protocol, key))
-            if waiting:
-                entry = waiting[0]
-                if request_matches(protocol, entry.request, probe):
+        slot = (protocol, operation_key(protocol, probe))
+        while True:
+            with self._lock:
+                waiting = self._open.get(slot)
+                entry = waiting[0] if waiting else None
+            # Compared with no lock held (it allocates, so a collection may run here).
+            matched = entry is not None and request_matches(protocol, entry.request, probe)
+            with self._lock:
+                waiting = self._open.get(slot)
+                if (waiting[0] if waiting else None) is not entry:
+                    continue  # another call consumed the candidate meanwhile: look again
+                if matched and waiting and entry is not None:
                     waiting.popleft()
                     entry.consumed = True
                     self._consumed += 1
                     return entry, None
-            expected, consumed = self._diverge_locked(protocol, probe)
-        return None, self._divergence(protocol, probe, expected, consumed)
+                expected = self._diverge_locked(protocol, slot[1])
+                consumed = self._consumed
+            return None, self._divergence(protocol, probe, expected, consumed)
 
-    def _diverge_locked(self, protocol: str, probe: dict[str, Any]) -> tuple[Any, int]:
-        """Mark the session diverged; the candidate's recorded request (``None``: none) and
-        how many exchanges were consumed, as the report states them."""
+    def _diverge_locked(self, protocol: str, key: str) -> Any:
+        """Mark the session diverged; the recorded request of the candidate the report names
+        (``None``: none). Allocates nothing."""
         self.diverged = True
-        key = operation_key(protocol, probe)
-        open_entries = [
-            entry
-            for entry in self._entries
-            if not entry.consumed and strict_equal(entry.protocol, protocol)
-        ]
-        candidate = next((entry for entry in open_entries if entry.key == key), None)
-        if candidate is None and open_entries:
-            candidate = open_entries[0]
-        return (None if candidate is None else candidate.request), self._consumed
+        first_open: _Entry | None = None
+        entries = self._entries
+        index = 0
+        while index < len(entries):  # by index: a list iterator would be an allocation
+            entry = entries[index]
+            index += 1
+            if entry.consumed or not strict_equal(entry.protocol, protocol):
+                continue
+            if entry.key == key:
+                return entry.request
+            if first_open is None:
+                first_open = entry
+        return None if first_open is None else first_open.request
 
     def _divergence(
         self, protocol: str, probe: dict[str, Any], expected: Any, consumed: int
