@@ -137,6 +137,12 @@ def _message_of(error: BaseException) -> str:
         return f"<unprintable {type(error).__name__}>"
 
 
+def _head(text: str) -> str:
+    """The part of a message that can be kept, with room for a secret straddling the cut
+    (scrubbing a megabyte-long message would cost the failing request for nothing)."""
+    return text if len(text) <= 4 * MAX_MESSAGE else text[: 4 * MAX_MESSAGE]
+
+
 def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
@@ -196,7 +202,7 @@ def exception_record(
         frames, omitted = _frames_of(item.__traceback__, roots)
         record: dict[str, Any] = {
             "type": _type_name(item),
-            "message": _cut(scrub_message(_message_of(item), secret_values), MAX_MESSAGE),
+            "message": _cut(scrub_message(_head(_message_of(item)), secret_values), MAX_MESSAGE),
             "frames": frames,
         }
         if omitted:
@@ -281,7 +287,7 @@ def exception_from_stacktrace(
         frames.append(frame)
     record: dict[str, Any] = {
         "type": _cut(qualified, _MAX_TYPE),
-        "message": _cut(scrub_message(message, tuple(secrets)), MAX_MESSAGE),
+        "message": _cut(scrub_message(_head(message), tuple(secrets)), MAX_MESSAGE),
         "frames": frames,
     }
     if omitted:
