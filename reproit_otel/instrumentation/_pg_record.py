@@ -47,6 +47,14 @@ A client-side cursor gets the recording layer :class:`RecordingCursor` (``execut
 ``executemany``, ``callproc``, COPY), so fetching and iterating go straight to the C cursor; a
 named cursor gets :class:`RecordingNamedCursor`, which also sees every fetch. With nothing to
 record, a statement costs one ``start_exchange`` call on top of the C call.
+
+Finalizers and locks. This module takes no lock and defines no finalizer: a named cursor's
+exchange is finished by its last fetch, its ``close()``, or its connection's commit, rollback
+or close, all calls of the application. Named cursors are tracked in a ``weakref.WeakSet``
+per connection, whose callbacks are the standard library's and only drop the entry, so a
+cursor dropped unfetched and collected anywhere runs nothing of reproit-otel. Should the
+application's own finalizer close a cursor or a connection, the exchange's finish is handed
+over while the thread is collecting (``recording.py``, "Finalizers").
 """
 
 from __future__ import annotations
