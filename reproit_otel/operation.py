@@ -605,6 +605,9 @@ class Operation:
         """
         if self.error is not None or self.handed_off or self.evicted:
             return
+        if recording.collecting.active:  # a finalizer, maybe inside one of our locked sections
+            recording.hand_over(functools.partial(self.note_error, build))
+            return
         error = build(self._secrets())
         if error is None:
             return
