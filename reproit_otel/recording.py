@@ -33,9 +33,10 @@ may hand over what it saw in raw form and let the pipeline build the exchange on
 wanted: :meth:`ExchangeRecorder.finish_deferred` takes the effect kind and a ``build()``
 callable returning ``(resource, key, exchange)`` exactly as :meth:`ExchangeRecorder.finish`
 would have received them. The exchange's place among the operation's effects and its
-timestamps are fixed at that call; ``build()`` runs later, at most once, on whatever thread
-reads the operation's events (for a failing operation: when it finishes), so it must only
-read what the recorder snapshotted (never the live request, response or cursor). ``build()``
+timestamps are fixed at that call; ``build()`` runs later, with no lock held, on whatever
+thread reads the operation's events (for a failing operation: when it finishes), so it must
+only read what the recorder snapshotted (never the live request, response or cursor); two
+threads reading the events at the same moment may both run it, and one result is kept. ``build()``
 raises :class:`Unrecordable` when the exchange cannot be recorded after all (a value with no
 encoding); the operation's effects are then incomplete with that reason, as after
 :meth:`ExchangeRecorder.fail`. A pipeline that does not defer (the CI plugin's) builds at once.
