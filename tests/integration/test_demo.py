@@ -150,7 +150,10 @@ def test_the_demo_reproduces_the_failure_then_sees_it_fixed(tmp_path: Path, app:
         "capture": capture,
         "verdict": "reproduced",
         "exit": 1,
-        "reason": "the recorded request answered HTTP 500 again",
+        "reason": (
+            "the replayed request raised the recorded exception again (same type, same "
+            "innermost application frame)"
+        ),
         "divergences": [],
     }
     assert _verdict(workdir / "verdict-fixed.json") == {
@@ -216,10 +219,12 @@ def _serve_the_demo_ingest(workdir: Path, folder: Path) -> None:
         timeout=180,
         check=False,
     )
-    assert (checked.returncode, checked.stdout.splitlines()[-1].split()[:2]) == (
-        1,
-        ["verdict:", "REPRODUCED"],
-    ), checked.stderr
+    # The verdict line, then the replayed application's own stderr (its traceback).
+    verdicts = [
+        line.split()[:2] for line in checked.stdout.splitlines() if line.startswith("verdict:")
+    ]
+    assert (checked.returncode, verdicts) == (1, [["verdict:", "REPRODUCED"]]), checked.stderr
+    assert "REPRODUCED  TypeError: " in checked.stdout
 
 
 def test_ctrl_c_stops_everything_the_demo_started(tmp_path: Path) -> None:
