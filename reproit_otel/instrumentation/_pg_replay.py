@@ -31,6 +31,7 @@ cannot be replayed and diverge. Transactions (``commit``, ``rollback``, ``autoco
 from __future__ import annotations
 
 import builtins
+import re
 import types
 import weakref
 from collections.abc import Mapping
@@ -46,6 +47,7 @@ from reproit_otel.instrumentation._exceptions import allowed_exception_classes
 from reproit_otel.instrumentation._pg_common import (
     TRUNCATED_MESSAGE,
     callproc_text,
+    effect_key,
     statement_text,
 )
 from reproit_otel.instrumentation._pg_record import (
@@ -60,6 +62,12 @@ from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.redaction import scrub_value
 from reproit_otel.wire.replay import PG_DIVERGED_MESSAGE, ReplaySession, pg_probe
 from reproit_otel.wire.sql_redaction import redact_sql_values
+from reproit_otel.wire.statements import (
+    DEFAULT_PARAMETERS,
+    default_response,
+    setting_change,
+    statement_scope,
+)
 
 __all__ = [
     "SERVER_VERSION",
@@ -116,17 +124,24 @@ def _diverge(probe: dict[str, Any], message: str = PG_DIVERGED_MESSAGE) -> Diver
     return DivergedError(message, line=line)
 
 
-def serve(text: str, values: Any) -> Mapping[str, Any]:
-    """The recorded response for a statement, or raise as the recording says."""
+def serve(text: str, values: Any, parameters: dict[str, str] | None = None) -> Mapping[str, Any]:
+    """The recorded response for a statement, or raise as the recording says.
+
+    A connection-scope statement is answered by the ambient rule, and any statement asked
+    before the recorded request by the before-request rule (both in the module docstring);
+    ``parameters`` are the asking connection's server parameters (updated by ``SET``).
+    """
     session = _session()
     probe = _live_probe(session, pg_probe(text, UNSET if values is None else values))
+    if statement_scope(text, probe.get("values")) is not None:
+        return _ambient(session, probe, text, values, parameters)
+    if session.usage.awaiting:
+        return _before_request(session, probe, text, values, parameters)
     exchange, line = session.match_with_line("pg", probe)
     if exchange is None:
         _report(session, line)
         raise DivergedError(PG_DIVERGED_MESSAGE, line=line)
-    response = exchange.get("response") if isinstance(exchange, Mapping) else None
-    if not isinstance(response, Mapping):
-        response = {}
+    response = _response_of(exchange)
     if response.get("truncated") is True:
         line = session.diverge("pg", {**probe, "truncated": True})
         _report(session, line)
@@ -135,6 +150,49 @@ def serve(text: str, values: Any) -> Mapping[str, Any]:
     if error:
         raise rebuild_error(error if isinstance(error, Mapping) else {})
     return response
+
+
+def _response_of(exchange: Any) -> Mapping[str, Any]:
+    response = exchange.get("response") if isinstance(exchange, Mapping) else None
+    return response if isinstance(response, Mapping) else {}
+
+
+def _ambient(
+    session: ReplaySession,
+    probe: dict[str, Any],
+    text: str,
+    values: Any,
+    parameters: dict[str, str] | None,
+) -> Mapping[str, Any]:
+    exchange = session.ambient(probe)
+    response = _response_of(exchange) if exchange is not None else None
+    if parameters is not None:
+        change = setting_change(text, values)
+        if change is not None:
+            parameters[change[0]] = change[1]
+    if response is None or response.get("truncated") is True:
+        return default_response(text, values, parameters)
+    error = response.get("error")
+    if error:
+        raise rebuild_error(error if isinstance(error, Mapping) else {})
+    return response
+
+
+def _before_request(
+    session: ReplaySession,
+    probe: dict[str, Any],
+    text: str,
+    values: Any,
+    parameters: dict[str, str] | None,
+) -> Mapping[str, Any]:
+    # Boot-time calls (migration checks, warm-up) must neither consume the request's
+    # exchanges nor fail the boot: a recorded answer is read without consuming it, and a
+    # recorded error or truncated result gives way to the documented empty answer.
+    session.note_before_request({"protocol": "pg", "text": effect_key(text)})
+    response = _response_of(session.peek("pg", probe))
+    if response and not response.get("error") and response.get("truncated") is not True:
+        return response
+    return default_response(text, values, parameters)
 
 
 # Only these classes are ever instantiated from a capsule.
@@ -192,19 +250,10 @@ class _Info:
         self.ssl_in_use = False
         self.needs_password = False
         self.used_password = False
+        self.parameters = dict(DEFAULT_PARAMETERS)
 
     def parameter_status(self, name: str) -> str | None:
-        return _PARAMETERS.get(name)
-
-
-_PARAMETERS = {
-    "server_version": "15.0",
-    "client_encoding": "UTF8",
-    "server_encoding": "UTF8",
-    "standard_conforming_strings": "on",
-    "integer_datetimes": "on",
-    "DateStyle": "ISO, MDY",
-}
+        return self.parameters.get(name)
 
 
 def _parse_dsn(dsn: str) -> dict[str, str]:
@@ -320,7 +369,7 @@ class StubConnection:
         self.info.transaction_status = self._reproit_tx
 
     def get_parameter_status(self, name: str) -> str | None:
-        return _PARAMETERS.get(name)
+        return self.info.parameters.get(name)
 
     def get_dsn_parameters(self) -> dict[str, str]:
         return dict(self.info.dsn_parameters)
@@ -442,15 +491,20 @@ class StubCursor:
             raise psycopg2.InterfaceError("connection already closed")
 
     def _serve(self, text: str, values: Any) -> Mapping[str, Any]:
-        note = getattr(self.connection, "_reproit_statement", None)
+        connection = self.connection
+        note = getattr(connection, "_reproit_statement", None)
+        info = getattr(connection, "info", None)
         try:
-            response = serve(text, values)
+            response = serve(text, values, getattr(info, "parameters", None))
         except psycopg2.Error:
             if note is not None:
                 note(True)
             raise
         if note is not None:
-            note(False)
+            if _ENDS_TRANSACTION.match(text):
+                connection._reproit_end()
+            else:
+                note(False)
         return response
 
     def _load(self, response: Mapping[str, Any]) -> None:
@@ -599,6 +653,13 @@ class StubCursor:
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         self.close()
+
+
+# COMMIT/ROLLBACK sent as SQL end the transaction (ROLLBACK TO SAVEPOINT does not).
+_ENDS_TRANSACTION = re.compile(
+    r"^\s*(COMMIT|END|ABORT|ROLLBACK)(\s+(WORK|TRANSACTION|AND\s+(NO\s+)?CHAIN))*\s*;?\s*$",
+    re.IGNORECASE,
+)
 
 
 def _decode_row(keys: list[str], row: Any) -> tuple[Any, ...]:

@@ -36,6 +36,7 @@ from reproit_otel.wire.redaction import scrub_secret_values, scrub_value
 from reproit_otel.wire.replay import ReplaySession, ServedResponse, serve_http
 
 __all__ = [
+    "BEFORE_REQUEST_STATUS",
     "DIVERGED_REASON",
     "Answer",
     "ReplayedBody",
@@ -200,6 +201,8 @@ def answer(session: ReplaySession, probe: dict[str, Any]) -> Answer:
     answering) and errors while the body was read (``error`` next to ``status``, raised after
     the recorded part of the body).
     """
+    if session.usage.awaiting:
+        return _before_request(session, probe)
     served = serve_http(session, probe)
     if served.divergence_line is not None:
         return Answer(served=served, divergences=(served.divergence_line,))
@@ -209,6 +212,34 @@ def answer(session: ReplaySession, probe: dict[str, Any]) -> Answer:
     if recorded_error is not None and "status" not in recorded:
         return Answer(error=recorded_error)
     return Answer(served=served, body_error=recorded_error)
+
+
+BEFORE_REQUEST_STATUS = 503
+"""The status of a call made before the recorded request that the recording cannot answer."""
+_BEFORE_REQUEST_BODY = b'{"reproit":"before-request"}'
+
+
+def _before_request(session: ReplaySession, probe: dict[str, Any]) -> Answer:
+    # Boot-time calls (warm-up, health checks of upstreams) must neither consume the
+    # request's exchanges nor reach the network: a recorded answer to the same call is read
+    # without consuming it, anything else gets a documented 503.
+    probe = session.redact_probe("http", probe)
+    session.note_before_request(
+        {"protocol": "http", "method": probe.get("method"), "url": probe.get("url")}
+    )
+    entry = session.peek_entry("http", probe)
+    served = entry.answer if entry is not None else None
+    recorded = served.recorded if isinstance(served, ServedResponse) else None
+    if isinstance(served, ServedResponse) and (recorded is None or "error" not in recorded):
+        return Answer(served=served)
+    return Answer(
+        served=ServedResponse(
+            status=BEFORE_REQUEST_STATUS,
+            headers={"content-type": "application/json"},
+            body_text=_BEFORE_REQUEST_BODY.decode(),
+            body=_BEFORE_REQUEST_BODY,
+        )
+    )
 
 
 class _RecordedChunks:

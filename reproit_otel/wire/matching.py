@@ -37,7 +37,7 @@ The rules are the reference's JavaScript rules, spelled in Python:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from reproit_otel.wire._js import UNSET, js_string, utf8_bytes, well_formed
@@ -63,6 +63,9 @@ PLACEHOLDER_KEY: Final = "$reproit"
 """The key of a redaction placeholder object; a truthy value there is a wildcard."""
 
 _TWO_53: Final = 2**53
+
+FreshComparison = Callable[[Any, Any], "bool | None"]
+"""``(recorded, live) -> True | False | None``: a fresh-value judgement (None: compare as usual)."""
 
 
 class _Function:
@@ -209,11 +212,13 @@ def _member(container: Any, key: str) -> Any:
     return _FUNCTION if key in _OBJECT_PROTOTYPE_METHODS else UNSET
 
 
-def matches(recorded: Any, live: Any) -> bool:
+def matches(recorded: Any, live: Any, fresh: FreshComparison | None = None) -> bool:
     """Whether a live value satisfies a recorded one (PROTOCOL 7.3).
 
     ``None`` and :data:`~reproit_otel.wire._js.UNSET` on the recorded side, and recorded
-    ``{"$reproit": <truthy>}`` placeholders at any depth, accept any live value.
+    ``{"$reproit": <truthy>}`` placeholders at any depth, accept any live value. ``fresh``
+    (optional, :class:`reproit_otel.wire.fresh.FreshMatch`) first judges each pair of values
+    that may be new on every run: ``True``/``False`` decide, ``None`` compares as usual.
     """
     # An explicit stack keeps deeply nested bodies from exhausting the interpreter stack.
     pending: list[tuple[Any, Any]] = [(recorded, live)]
@@ -221,6 +226,12 @@ def matches(recorded: Any, live: Any) -> bool:
         want, got = pending.pop()
         if want is None or want is UNSET:
             continue
+        if fresh is not None:
+            verdict = fresh(want, got)
+            if verdict is not None:
+                if not verdict:
+                    return False
+                continue
         if isinstance(want, Mapping):
             if js_truthy(want.get(PLACEHOLDER_KEY, UNSET)):
                 continue
@@ -310,7 +321,9 @@ def _string_or_empty(value: Any) -> str:
     return "" if value is None or value is UNSET else js_string(value)
 
 
-def request_matches(protocol: Any, recorded: Any, probe: Any) -> bool:
+def request_matches(
+    protocol: Any, recorded: Any, probe: Any, fresh: FreshComparison | None = None
+) -> bool:
     """Whether a live request ``probe`` matches a recorded request (PROTOCOL 7.3).
 
     HTTP: ``method`` strictly equal, path+query equal, ``matches(recorded.body, probe.body)``
@@ -324,7 +337,7 @@ def request_matches(protocol: Any, recorded: Any, probe: Any) -> bool:
             return False
         if url_path_and_query(want.get("url", UNSET)) != url_path_and_query(got.get("url", UNSET)):
             return False
-        return matches(want.get("body", UNSET), got.get("body", UNSET))
+        return matches(want.get("body", UNSET), got.get("body", UNSET), fresh)
     if protocol == "invoke":
         for name in ("tool", "op"):
             if not strict_equal(want.get(name, UNSET), got.get(name, UNSET)):
@@ -334,7 +347,7 @@ def request_matches(protocol: Any, recorded: Any, probe: Any) -> bool:
         return strict_equal(want["inputSha256"], got.get("inputSha256", UNSET))
     if not strict_equal(want.get("text", UNSET), got.get("text", UNSET)):
         return False
-    return matches(want.get("values", UNSET), got.get("values", UNSET))
+    return matches(want.get("values", UNSET), got.get("values", UNSET), fresh)
 
 
 def _body_bytes(value: Any) -> bytes:

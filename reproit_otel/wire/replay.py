@@ -61,6 +61,8 @@ from reproit_otel.wire.matching import (
     strict_equal,
 )
 from reproit_otel.wire.redaction import redact, redact_url, scrub_value
+from reproit_otel.wire.replay_usage import ReplayUsage
+from reproit_otel.wire.statements import ambient_key, recorded_parameter, statement_scope
 
 __all__ = [
     "CAPTURE_FORMAT",
@@ -171,16 +173,24 @@ class ServedResponse:
 
 
 class _Entry:
-    """One recorded exchange, whether a live call has consumed it, and its prepared answer."""
+    """One recorded exchange, whether a live call has consumed it, its prepared answer, and
+    its connection scope (``None`` for a data exchange, see :mod:`reproit_otel.wire.statements`).
+    """
 
-    __slots__ = ("answer", "consumed", "exchange", "key", "protocol")
+    __slots__ = ("answer", "at", "consumed", "exchange", "index", "key", "protocol", "scope")
 
-    def __init__(self, exchange: Any) -> None:
+    def __init__(self, exchange: Any, at: Any = None, index: int = 0) -> None:
         self.exchange = exchange
         self.consumed = False
+        self.index = index
         fields = exchange if isinstance(exchange, Mapping) else {}
         self.protocol: Any = fields.get("protocol", UNSET)
-        self.key = operation_key(self.protocol, fields.get("request", UNSET))
+        request = fields.get("request", UNSET)
+        self.key = operation_key(self.protocol, request)
+        self.scope: str | None = None
+        if self.protocol == "pg" and isinstance(request, Mapping):
+            self.scope = statement_scope(request.get("text"), request.get("values"))
+        self.at = at if is_js_integer(at) else None
         # Everything a served HTTP call needs is computed here, once per capsule load, so a
         # call costs the match and nothing else.
         self.answer: ServedResponse | str | None = (
@@ -192,6 +202,11 @@ class _Entry:
         if isinstance(self.exchange, Mapping):
             return self.exchange.get("request", UNSET)
         return UNSET
+
+
+def _setup_items(exchange: Any) -> list[Any]:
+    setup = exchange.get("setup") if isinstance(exchange, Mapping) else None
+    return [item for item in setup if isinstance(item, Mapping)] if isinstance(setup, list) else []
 
 
 def _check_capsule(capsule: Any) -> None:
@@ -234,19 +249,35 @@ class ReplaySession:
         envelope = capsule.get("envelope", UNSET)
         self.envelope: Any = None if envelope is UNSET else envelope
         events = capsule.get("events", UNSET)
-        self._entries = [
-            _Entry(event["exchange"])
+        recorded = [
+            event
             for event in (events if isinstance(events, list) else [])
             if isinstance(event, Mapping)
             and event.get("kind", UNSET) == "effect"
             and js_truthy(event.get("exchange", UNSET))
         ]
-        # The unconsumed exchanges of each (protocol, key), in recorded order: the front one is
-        # the only candidate of a call, found without walking the capsule (PROTOCOL 7.2).
+        self._entries = [
+            _Entry(event["exchange"], event.get("at", UNSET), index)
+            for index, event in enumerate(recorded)
+        ]
+        # The unconsumed data exchanges of each (protocol, key), in recorded order: the front
+        # one is the only candidate of a call, found without walking the capsule (PROTOCOL
+        # 7.2). Connection-scope statements are never candidates: they are answered by
+        # :meth:`ambient` and never consumed.
         self._open: dict[tuple[str, str], deque[_Entry]] = {}
         for entry in self._entries:
-            if isinstance(entry.protocol, str):
+            if isinstance(entry.protocol, str) and entry.scope is None:
                 self._open.setdefault((entry.protocol, entry.key), deque()).append(entry)
+        # Connection-scope answers a recorded connection carried from before the operation.
+        self._setup = [
+            setup
+            for entry in self._entries
+            for item in _setup_items(entry.exchange)
+            if (setup := _Entry(item)).scope is not None
+        ]
+        self._ambient = [entry for entry in self._entries if entry.scope is not None]
+        self._ambient.extend(self._setup)
+        self.usage = ReplayUsage(capsule, self._entries)
         self._consumed = 0
         self.diverged = False
         self.divergence_lines: list[str] = []
@@ -309,6 +340,75 @@ class ReplaySession:
         """The number of recorded exchanges live calls have consumed."""
         return self._consumed
 
+    def ambient(self, probe: Mapping[str, Any]) -> Any:
+        """The recorded exchange answering a connection-scope ``pg`` statement, or ``None``.
+
+        Never consumed: the first recorded statement with the same :func:`ambient_key
+        <reproit_otel.wire.statements.ambient_key>` whose values match, else the first with
+        that key whatever its values (recorded exchanges first, then the answers carried
+        as ``setup``). Counted in :attr:`usage` as an ambient call.
+        """
+        with self._lock:
+            self.usage.ambient_calls += 1
+        text = probe.get("text")
+        if not isinstance(text, str):
+            return None
+        key = ambient_key(text)
+        found: Any = None
+        for entry in self._ambient:  # never consumed, never changed: no lock needed
+            request = entry.request
+            recorded = request.get("text") if isinstance(request, Mapping) else None
+            if not isinstance(recorded, str) or ambient_key(recorded) != key:
+                continue
+            if request_matches("pg", {**request, "text": text}, probe):
+                return entry.exchange
+            if found is None:
+                found = entry.exchange
+        return found
+
+    def recorded_parameters(self) -> dict[str, str]:
+        """Server parameters the recording tells (``SHOW``/``SET``/``set_config`` answers)."""
+        found: dict[str, str] = {}
+        for entry in (*self._setup, *self._entries):
+            request = entry.request
+            exchange = entry.exchange
+            if entry.scope != "setting" or not isinstance(request, Mapping):
+                continue
+            response = exchange.get("response") if isinstance(exchange, Mapping) else None
+            told = recorded_parameter(request.get("text"), request.get("values"), response)
+            if told is not None:
+                found[told[0]] = told[1]
+        return found
+
+    def note_before_request(self, call: dict[str, Any]) -> None:
+        """Count a call answered before the recorded request began (see :attr:`usage`)."""
+        with self._lock:
+            self.usage.note_before_request(call)
+
+    def begin_request(self) -> bool:
+        """The recorded request has begun: strict matching from now on (True the first time)."""
+        with self._lock:
+            return self.usage.begin_request()
+
+    def peek(self, protocol: str, probe: dict[str, Any]) -> Any:
+        """The exchange a call made before the recorded request may be answered with.
+
+        The first unconsumed data exchange with the call's key, when it matches; it stays
+        unconsumed (the request still needs it). ``None`` when there is none.
+        """
+        entry = self.peek_entry(protocol, probe)
+        return None if entry is None else entry.exchange
+
+    def peek_entry(self, protocol: str, probe: dict[str, Any]) -> _Entry | None:
+        """Like :meth:`peek`, returning the entry (with its prepared answer)."""
+        slot = (protocol, operation_key(protocol, probe))
+        with self._lock:
+            waiting = self._open.get(slot)
+            entry = waiting[0] if waiting else None
+        if entry is not None and request_matches(protocol, entry.request, probe):
+            return entry
+        return None
+
     def redact_probe(self, protocol: str, probe: dict[str, Any]) -> dict[str, Any]:
         """``probe`` after the session's ``live_redactor`` (unchanged without one)."""
         if self.live_redactor is None:
@@ -345,12 +445,15 @@ class ReplaySession:
                 waiting = self._open.get(slot)
                 entry = waiting[0] if waiting else None
             # Compared with no lock held (it allocates, so a collection may run here).
-            matched = entry is not None and request_matches(protocol, entry.request, probe)
+            fresh = None if entry is None else self.usage.fresh_match(entry.index)
+            matched = entry is not None and request_matches(protocol, entry.request, probe, fresh)
             with self._lock:
                 waiting = self._open.get(slot)
                 if (waiting[0] if waiting else None) is not entry:
                     continue  # another call consumed the candidate meanwhile: look again
                 if matched and waiting and entry is not None:
+                    if fresh is not None:
+                        fresh.commit()
                     waiting.popleft()
                     entry.consumed = True
                     self._consumed += 1
@@ -369,7 +472,9 @@ class ReplaySession:
         while index < len(entries):  # by index: a list iterator would be an allocation
             entry = entries[index]
             index += 1
-            if entry.consumed or not strict_equal(entry.protocol, protocol):
+            if entry.consumed or entry.scope is not None:
+                continue
+            if not strict_equal(entry.protocol, protocol):
                 continue
             if entry.key == key:
                 return entry.request

@@ -83,15 +83,15 @@ def test_exactly_64_rows_are_served(postgres_dsn: str) -> None:
 
 
 def test_calls_past_the_recording_diverge(postgres_dsn: str) -> None:
-    recorded = record(postgres_dsn, _select("SELECT 1"))
+    recorded = record(postgres_dsn, _select("SELECT 2"))
 
     def twice(connect: Any) -> Any:
-        return _select("SELECT 1")(connect), _select("SELECT 1")(connect)
+        return _select("SELECT 2")(connect), _select("SELECT 2")(connect)
 
     with pytest.raises(DivergedError) as raised:
         replay(recorded.capsule(), twice)
     assert raised.value.line == (
-        'REPROIT:DIVERGENCE {"protocol":"pg","got":{"text":"SELECT 1"},"expected":null,'
+        'REPROIT:DIVERGENCE {"protocol":"pg","got":{"text":"SELECT 2"},"expected":null,'
         '"consumed":1,"total":1}'
     )
 

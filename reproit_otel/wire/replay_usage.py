@@ -1,0 +1,147 @@
+"""What a replay did with its capsule: the request window, ambient calls, fresh values, counts.
+
+One :class:`ReplayUsage` belongs to each :class:`~reproit_otel.wire.replay.ReplaySession`
+(``session.usage``). It knows
+
+* whether the recorded request has begun in the replaying process. A session that *awaits*
+  the request (:meth:`await_request`, set by the process-level replay installation when it
+  can see inbound requests) answers every call made before :meth:`begin_request` without
+  consuming the recording: boot-time migration checks, warm-up queries, dialect set-up and
+  health checks are *before-request* calls, counted and listed (at most
+  :data:`LISTED_CALLS` of them). Sessions made directly (tests, the wire vectors) start
+  strict, as if the request had begun;
+* how many calls the connection-scope rule answered (``ambient``);
+* the state of the fresh-value rules (:mod:`reproit_otel.wire.fresh`): UUIDs of the input and
+  of each recorded response, the recorded→live UUID pairs, and both runs' request starts;
+* :meth:`report`: the counts ``reproit-otel check`` reads (``dataExchanges``, ``consumed``,
+  ``unused``, ``ambientExchanges``, ``ambient``, ``beforeRequest``, ``beforeRequestCalls``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, Protocol
+
+from reproit_otel.wire._js import is_js_integer
+from reproit_otel.wire.fresh import CLOCK_SLACK_MS, FreshMatch, uuids_in
+
+__all__ = ["LISTED_CALLS", "ReplayUsage"]
+
+LISTED_CALLS: Final = 32
+"""How many before-request calls :meth:`ReplayUsage.report` lists (all are counted)."""
+
+
+class _Entry(Protocol):
+    consumed: bool
+    scope: str | None
+    exchange: Any
+    at: Any
+
+
+def _start_event(capsule: Mapping[str, Any]) -> Mapping[str, Any]:
+    events = capsule.get("events")
+    for event in events if isinstance(events, list) else []:
+        if isinstance(event, Mapping) and event.get("kind") == "start":
+            return event
+    return {}
+
+
+class ReplayUsage:
+    """The per-session replay state and counts (see the module docstring)."""
+
+    def __init__(
+        self,
+        capsule: Mapping[str, Any],
+        entries: Sequence[_Entry],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._entries = entries
+        self._clock = clock
+        start = _start_event(capsule)
+        envelope = capsule.get("envelope")
+        observed = envelope.get("observedAtMs") if isinstance(envelope, Mapping) else None
+        at = start.get("at")
+        start_at: Any = at if is_js_integer(at) else observed if is_js_integer(observed) else None
+        self.recorded_start_ms: float | None = None if start_at is None else float(start_at)
+        # Computed once here, not under the session's lock at match time.
+        self._known = self._known_sets(uuids_in(start.get("input")))
+        self.bindings: dict[str, str] = {}
+        self.reverse: dict[str, str] = {}
+        self.awaiting = False
+        self.live_start_ms: float | None = None
+        self.ambient_calls = 0
+        self.before_request = 0
+        self.before_request_calls: list[dict[str, Any]] = []
+
+    # -- the request window
+
+    def await_request(self) -> None:
+        """Answer calls as before-request calls until :meth:`begin_request`."""
+        self.awaiting = True
+
+    def begin_request(self) -> bool:
+        """The recorded request has begun: strict matching from now on. True the first time."""
+        if not self.awaiting:
+            if self.live_start_ms is None:
+                self.live_start_ms = self._clock() * 1000.0
+            return False
+        self.awaiting = False
+        self.live_start_ms = self._clock() * 1000.0
+        return True
+
+    def note_before_request(self, call: dict[str, Any]) -> None:
+        """Count a call answered before the recorded request (listed while room is left)."""
+        self.before_request += 1
+        if len(self.before_request_calls) < LISTED_CALLS:
+            self.before_request_calls.append(call)
+
+    # -- fresh values
+
+    def _known_sets(self, seen: set[str]) -> list[frozenset[str]]:
+        """Per entry: the UUIDs of the input and of every response recorded before it."""
+        known = []
+        for entry in self._entries:
+            known.append(frozenset(seen))
+            exchange = entry.exchange
+            if isinstance(exchange, Mapping):
+                seen |= uuids_in(exchange.get("response"))
+        return known
+
+    def fresh_match(self, index: int) -> FreshMatch:
+        """The fresh-value comparison for a live call against recorded entry ``index``."""
+        now_ms = self._clock() * 1000.0
+        if self.live_start_ms is None:
+            self.live_start_ms = now_ms
+        recorded_start = self.recorded_start_ms
+        entry_at: Any = self._entries[index].at if index < len(self._entries) else None
+        into_recorded = (
+            max(0.0, float(entry_at) - recorded_start)
+            if recorded_start is not None and is_js_integer(entry_at)
+            else 0.0
+        )
+        shift = 0.0 if recorded_start is None else self.live_start_ms - recorded_start
+        tolerance = into_recorded + max(0.0, now_ms - self.live_start_ms) + CLOCK_SLACK_MS
+        return FreshMatch(
+            self._known[index] if index < len(self._known) else frozenset(),
+            self.bindings,
+            self.reverse,
+            shift,
+            tolerance,
+        )
+
+    # -- counts
+
+    def report(self) -> dict[str, Any]:
+        """The counts of this replay so far (keys in the order the report line prints them)."""
+        data = [entry for entry in self._entries if entry.scope is None]
+        consumed = sum(1 for entry in data if entry.consumed)
+        return {
+            "dataExchanges": len(data),
+            "consumed": consumed,
+            "unused": len(data) - consumed,
+            "ambientExchanges": len(self._entries) - len(data),
+            "ambient": self.ambient_calls,
+            "beforeRequest": self.before_request,
+            "beforeRequestCalls": list(self.before_request_calls),
+        }
