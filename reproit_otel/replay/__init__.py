@@ -9,7 +9,10 @@ bootstrap then calls :func:`install_replay`, which
 3. installs :class:`ReproitReplayInstrumentor`, which patches ``requests`` and ``psycopg2`` at
    the same seams the recorders use, so a served call still produces its OpenTelemetry span,
 4. installs the network tripwire (:mod:`reproit_otel.replay.tripwire`): any other client's
-   connection to a non-loopback address is refused and reported, and
+   connection to a non-loopback address is refused and reported,
+4b. for a production capsule, opens the request window
+   (:mod:`reproit_otel.replay.request_window`): calls made before the recorded request
+   arrives are answered without consuming the recording, and
 5. writes one line to the process's real standard error (file descriptor 2) saying that the
    replay is active::
 
@@ -38,6 +41,7 @@ from typing import Any
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 from reproit_otel.replay.envelope import PinnedEnvelope, pin_envelope
+from reproit_otel.replay.request_window import RequestWindow, open_request_window
 from reproit_otel.replay.session import (
     activate,
     active_session,
@@ -71,6 +75,7 @@ _LIBRARY_INSTRUMENTORS = (
 _CI_OPERATION_PREFIX = "test:"
 
 _pinned: PinnedEnvelope | None = None
+_window: RequestWindow | None = None
 
 
 def _library_instrumentors() -> list[BaseInstrumentor]:
@@ -127,14 +132,30 @@ def install_replay(path: str | os.PathLike[str] | None = None) -> ReplaySession:
     ReproitReplayInstrumentor().instrument()
     install_tripwire()
     operation = session.capsule.get("operation")
+    if isinstance(operation, str) and not operation.startswith(_CI_OPERATION_PREFIX):
+        _open_window(session, operation)
     if not (isinstance(operation, str) and operation.startswith(_CI_OPERATION_PREFIX)):
         write_stderr_line(replay_marker_line(os.fspath(target), session.total))
     return session
 
 
+def _open_window(session: ReplaySession, operation: str) -> None:
+    global _window
+    pinned = _pinned
+
+    def on_begin() -> None:
+        if pinned is not None:
+            pinned.restart_clock()
+
+    _window = open_request_window(session, operation, on_begin, write_stderr_line)
+
+
 def uninstall_replay() -> None:
     """Restore every patched library, the sockets, the clock, the time zone and :mod:`random`."""
-    global _pinned
+    global _pinned, _window
+    if _window is not None:
+        _window.shutdown()
+        _window = None
     uninstall_tripwire()
     ReproitReplayInstrumentor().uninstrument()
     if _pinned is not None:

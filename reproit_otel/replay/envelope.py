@@ -18,7 +18,10 @@ What is pinned, from the capsule's top-level ``envelope``:
   given a private generator of its own, so the pinned stream serves the application alone
   and its values do not depend on how many spans came first (the health checks a replay
   waits on, for one). A provider set up after the replay is installed keeps drawing from
-  the pinned stream.
+  the pinned stream. ``uuid.uuid4`` draws from a second stream derived from the seed.
+
+:meth:`PinnedEnvelope.restart_clock` starts the clock again at ``observedAtMs`` when the
+recorded request begins (``reproit_otel.replay.request_window``).
 
 A field that is absent or unusable is not pinned; :func:`pin_envelope` reports what it did.
 """
@@ -29,6 +32,7 @@ import math
 import os
 import random
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,10 +95,28 @@ class PinnedEnvelope:
     skipped: list[str] = field(default_factory=list)
     _undo: list[Callable[[], None]] = field(default_factory=list, repr=False)
 
+    _traveller: Any = field(default=None, repr=False)
+
     def restore(self) -> None:
         """Undo every pin, newest first."""
         while self._undo:
             self._undo.pop()()
+
+    def restart_clock(self) -> None:
+        """Start the pinned clock again at the recorded ``observedAtMs`` (the request begins).
+
+        The recorded request started at that instant; a replay fires it after the boot, so
+        without this the replayed clock would run ahead by the boot time.
+        """
+        current, observed = self._traveller, self.observed_at_ms
+        if current is None or observed is None:
+            return
+        import time_machine
+
+        fresh = time_machine.travel(observed / 1000.0, tick=True)
+        current.stop()
+        fresh.start()
+        self._traveller = fresh
 
 
 def _pin_tz(tz: str, pinned: PinnedEnvelope) -> None:
@@ -124,7 +146,15 @@ def _pin_clock(observed_at_ms: float, pinned: PinnedEnvelope) -> None:
     traveller = time_machine.travel(observed_at_ms / 1000.0, tick=True)
     traveller.start()
     pinned.observed_at_ms = int(observed_at_ms)
-    pinned._undo.append(traveller.stop)
+    pinned._traveller = traveller
+
+    def undo() -> None:
+        current = pinned._traveller
+        pinned._traveller = None
+        if current is not None:
+            current.stop()
+
+    pinned._undo.append(undo)
 
 
 def _pin_random(seed: str, pinned: PinnedEnvelope) -> None:
@@ -145,6 +175,29 @@ def _pin_random(seed: str, pinned: PinnedEnvelope) -> None:
 
     pinned._undo.append(undo)
     _private_telemetry_ids(pinned)
+    _pin_uuid4(seed, pinned)
+
+
+def _pin_uuid4(seed: str, pinned: PinnedEnvelope) -> None:
+    """``uuid.uuid4`` draws from its own stream derived from the seed (run-to-run stable).
+
+    A stream apart from :mod:`random`'s, so generating ids does not shift the values the
+    application draws from :mod:`random`. References taken before the replay was installed
+    (``default=uuid.uuid4`` in a model imported earlier) keep the original function; replay
+    matching does not depend on the pin (see ``reproit_otel.wire.fresh``).
+    """
+    stream = random.Random(f"reproit-uuid4:{seed}")
+    original = uuid.uuid4
+
+    def uuid4() -> uuid.UUID:
+        return uuid.UUID(int=stream.getrandbits(128), version=4)
+
+    uuid.uuid4 = uuid4
+
+    def undo() -> None:
+        uuid.uuid4 = original
+
+    pinned._undo.append(undo)
 
 
 def _private_telemetry_ids(pinned: PinnedEnvelope) -> None:
