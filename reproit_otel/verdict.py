@@ -58,14 +58,18 @@ __all__ = [
     "check_capsule",
     "classify_production_run",
     "classify_test_run",
+    "judge_reached_failure",
     "load_check_target",
     "offline_verdict",
+    "replay_usage",
 ]
 
 DIVERGENCE_MARKER = "REPROIT:DIVERGENCE "
 CI_TEST_MARKER = "REPROIT:CI-TEST "
 REPLAY_MARKER = "REPROIT:REPLAY "
 """Written by the replayed process once its replay is active (``reproit_otel.replay``)."""
+USAGE_MARKER = "REPROIT:REPLAY-USAGE "
+"""Written by the replayed process when the recorded request ends (counts of what it used)."""
 OBSERVED_BODY_BYTES = 8192
 """How much of the replayed response body ``observedResult.body`` keeps."""
 TEST_TRIGGER_PREFIX = "test:"
@@ -122,6 +126,8 @@ class CheckResult:
     """The replay failed, but with another exception than the recorded one."""
     application_stderr: list[str] = field(default_factory=list)
     """The last lines the application wrote to standard error (markers left out, bounded)."""
+    usage: dict[str, Any] | None = None
+    """The replayed process's ``REPROIT:REPLAY-USAGE`` counts (production), else ``None``."""
 
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` document."""
@@ -140,6 +146,7 @@ class CheckResult:
             "replayedException": self.replayed_exception,
             "differentFailure": self.different_failure,
             "applicationStderr": self.application_stderr,
+            "usage": self.usage,
         }
 
 
@@ -483,6 +490,39 @@ def classify_production_run(
     return Verdict.INCONCLUSIVE, f"the recorded request answered HTTP {status}"
 
 
+def replay_usage(lines: list[str]) -> dict[str, Any] | None:
+    """The last ``REPROIT:REPLAY-USAGE`` payload among ``lines`` (``None`` without one)."""
+    found = None
+    for line in lines:
+        payload = _parse_marker(line, USAGE_MARKER)
+        if payload is not None:
+            found = payload
+    return found
+
+
+def judge_reached_failure(
+    verdict: Verdict, reason: str, usage: Mapping[str, Any] | None
+) -> tuple[Verdict, str]:
+    """A 5xx is the recorded failure only if the replay got as far as the recording did.
+
+    The recorded request made every one of its data exchanges before it failed, so a
+    faithful replay of it consumes them all. A 5xx that left some unused failed earlier, for
+    another reason: *inconclusive* (exit 3), with the counts in the reason. Without a usage
+    report (an application that replays without a request window) the verdict stands.
+    """
+    if verdict is not Verdict.REPRODUCED or usage is None:
+        return verdict, reason
+    unused = usage.get("unused")
+    total = usage.get("dataExchanges")
+    if not isinstance(unused, int) or not isinstance(total, int) or unused <= 0:
+        return verdict, reason
+    return Verdict.INCONCLUSIVE, (
+        f"{reason}, but it used only {total - unused} of the {total} recorded data exchanges: "
+        "it failed before reaching the recorded failure, so this is a different failure "
+        "(see usage in --json; a boot or configuration problem of the replay is likely)"
+    )
+
+
 def _has_exchange(capsule: Mapping[str, Any]) -> bool:
     return any(
         isinstance(e, dict) and e.get("kind") == "effect" and e.get("exchange")
@@ -551,6 +591,10 @@ def _run_hermetic_check(
         same, reason = judged
         if not same:
             verdict = Verdict.INCONCLUSIVE
+    usage = replay_usage(pump.lines)
+    reached = judge_reached_failure(verdict, reason, usage)
+    left_early = reached[0] is not verdict
+    verdict, reason = reached
     returned = _last_return(capsule["events"])
     return CheckResult(
         verdict=verdict,
@@ -565,8 +609,9 @@ def _run_hermetic_check(
         reason=reason,
         recorded_exception=recorded,
         replayed_exception=replayed,
-        different_failure=judged is not None and not judged[0],
+        different_failure=(judged is not None and not judged[0]) or left_early,
         application_stderr=stderr_tail(pump.lines),
+        usage=usage,
     )
 
 

@@ -151,6 +151,13 @@ def _summary(result: CheckResult, *, verbose: bool = False) -> str:
         cut = "..." if len(text) > _BODY_SHOWN else ""
         lines.append(f"body:        {shown(text[:_BODY_SHOWN])}{cut}")
     lines.extend(divergence_lines(result.divergences))
+    usage = result.usage
+    if usage:
+        lines.append(
+            f"usage:       {usage.get('consumed')} of {usage.get('dataExchanges')} recorded data "
+            f"exchanges used, {usage.get('ambient')} connection-scope calls answered, "
+            f"{usage.get('beforeRequest')} calls before the request"
+        )
     lines.extend(
         verdict_lines(
             result.verdict.value,
