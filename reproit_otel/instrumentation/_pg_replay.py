@@ -26,6 +26,15 @@ and so does a result truncated at capture (more than 64 rows: the missing rows a
 so replay fails closed, as it does for a truncated HTTP body). ``copy_*`` and large objects
 cannot be replayed and diverge. Transactions (``commit``, ``rollback``, ``autocommit``,
 ``with conn:``) are accepted and do nothing.
+
+Connection-scope statements (:mod:`reproit_otel.wire.statements`: transaction brackets,
+savepoints, ``SET``/``SHOW``/``set_config``, the ``SELECT 1`` pre-ping, version and ``pg_type``
+probes) are answered by the ambient rule: the recorded answer with the same text (savepoint
+names aside), else the documented default, never consuming a recorded exchange. The stub
+connection's server parameters start from
+:data:`~reproit_otel.wire.statements.DEFAULT_PARAMETERS` and follow ``SET``/``set_config``.
+Before the recorded request has begun (``reproit_otel.replay.request_window``), any other
+statement is read from the recording without consuming it, or gets an empty answer.
 """
 
 from __future__ import annotations

@@ -10,10 +10,10 @@ bootstrap then calls :func:`install_replay`, which
    the same seams the recorders use, so a served call still produces its OpenTelemetry span,
 4. installs the network tripwire (:mod:`reproit_otel.replay.tripwire`): any other client's
    connection to a non-loopback address is refused and reported,
-4b. for a production capsule, opens the request window
+5. for a production capsule, opens the request window
    (:mod:`reproit_otel.replay.request_window`): calls made before the recorded request
    arrives are answered without consuming the recording, and
-5. writes one line to the process's real standard error (file descriptor 2) saying that the
+6. writes one line to the process's real standard error (file descriptor 2) saying that the
    replay is active::
 
        REPROIT:REPLAY {"capsule":"/abs/path/capsule.json","exchanges":6}
