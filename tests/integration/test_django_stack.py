@@ -96,16 +96,6 @@ STACKS = {
 }
 
 
-# What replay still lacks for Django (issue 15, the replay side): connection-scope statements
-# served by rule (Django's set_config('TimeZone') on a fresh connection, savepoint names made
-# from the thread id) and values new on every run (uuid4 keys, timezone.now()).
-REPLAY_GAP = pytest.mark.xfail(
-    strict=True,
-    reason="replay does not yet serve Django's connection-scope statements (savepoints named "
-    "after the thread, set_config TimeZone) nor values new on every run (uuid4, now())",
-)
-
-
 @pytest.fixture(scope="module", params=sorted(STACKS))
 def run(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
@@ -133,7 +123,6 @@ def test_the_failure_is_captured_whole_with_its_input(run: StackRun, kind: str) 
     assert any('"ledger_invoice"."due_at" <' in text for text in texts), texts
 
 
-@REPLAY_GAP
 @pytest.mark.parametrize("kind", ["cold", "warm"])
 def test_the_replay_reproduces_the_failure(run: StackRun, kind: str) -> None:
     code, result = run.check(kind)
@@ -141,7 +130,6 @@ def test_the_replay_reproduces_the_failure(run: StackRun, kind: str) -> None:
     assert result["observedResult"]["status"] == 500
 
 
-@REPLAY_GAP
 @pytest.mark.parametrize("kind", ["cold", "warm"])
 def test_the_fixed_code_replays_as_fixed(run: StackRun, kind: str) -> None:
     code, result = run.check(kind, LEDGER_FIXED="1")
@@ -150,7 +138,6 @@ def test_the_fixed_code_replays_as_fixed(run: StackRun, kind: str) -> None:
     assert (answer["overdue"], answer["average"], answer["rate"]) == (0, "0", 1.5)
 
 
-@REPLAY_GAP
 @pytest.mark.parametrize("kind", ["cold", "warm"])
 def test_a_changed_query_parameter_diverges(run: StackRun, kind: str) -> None:
     code, result = run.check(kind, LEDGER_OTHER_CURRENCY="1")
