@@ -103,8 +103,9 @@ class RequestWindow(SpanProcessor):
                 if self._request_span is not None:
                     return
                 self._request_span = (context.trace_id, context.span_id)
-            if self._session.begin_request():
-                self._on_begin()
+            # The clock restarts first: the session reads the request's start from it.
+            self._on_begin()
+            self._session.begin_request()
 
     def on_end(self, span: ReadableSpan) -> None:
         started = self._request_span
