@@ -191,6 +191,11 @@ class ExchangeRecorder:
         self.library = library
 
     @property
+    def owner(self) -> object:
+        """The operation this exchange belongs to: one object for all of its exchanges."""
+        return getattr(self._handle, "operation", self._handle)
+
+    @property
     def done(self) -> bool:
         """True once :meth:`finish` or :meth:`fail` was called."""
         return not self._unclaimed

@@ -70,6 +70,7 @@ from psycopg2 import extensions as _ext
 
 from reproit_otel import recording
 from reproit_otel._guard import absorb
+from reproit_otel.instrumentation import _pg_setup
 from reproit_otel.instrumentation._exceptions import exception_type_name
 from reproit_otel.instrumentation._pg_common import (
     LIBRARY,
@@ -133,6 +134,7 @@ _SELECT_HEADS = frozenset(map("".join, itertools.product(*zip("SELECT", "select"
 _SHOW_HEADS = frozenset(map("".join, itertools.product(*zip("SHOW", "show", strict=True))))
 _READ_WORDS = ("SELECT", "SHOW")
 _SPACES = frozenset(_JS_SPACE)  # what js_trim() strips
+_SETUP_HEADS = frozenset("sS")  # statements a connection may learn from start with S
 
 
 def set_active(active: bool) -> None:
@@ -196,6 +198,7 @@ class _Statement:
         "response",
         "row_count",
         "rows",
+        "setup",
         "text",
         "values",
     )
@@ -209,6 +212,7 @@ class _Statement:
     description: Any
     rows: list[dict[str, Any]] | None
     raw: list[tuple[Any, ...]] | None
+    setup: list[dict[str, Any]] | None  # answers the connection learned before (_pg_setup)
 
     def build(self) -> tuple[str, str, dict[str, Any]]:
         """``(resource, key, exchange)`` (run only when the exchange is wanted)."""
@@ -228,6 +232,9 @@ class _Statement:
             if "error" in response:
                 response = _scrubbed_error(self.text, self.params is _MANY, values, response)
             exchange = {"protocol": "pg", "request": request, "response": response}
+            setup = getattr(self, "setup", None)
+            if setup:
+                exchange["setup"] = setup
             key = effect_key(self.text)
         except UnsupportedValue as error:
             failure = str(error)
@@ -485,7 +492,10 @@ class RecordingCursor(_ext.cursor):
             self._reproit_settle()
         recorder = recording.start_exchange(LIBRARY) if _active else None
         if recorder is None:
-            return _execute(self, query, vars)
+            result = _execute(self, query, vars)
+            if _active and type(query) is str and query[:1] in _SETUP_HEADS:
+                self._reproit_learn(query, vars)
+            return result
         statement: _Statement | None
         try:
             new = _Statement()
@@ -525,11 +535,40 @@ class RecordingCursor(_ext.cursor):
         # A client-side cursor (the usual case), with _settle inlined.
         try:
             _read_result(self, statement)
+            setup = self.connection.__dict__.get("_reproit_setup")
+            if setup is not None:
+                statement.setup = setup.carried_into(recorder.owner)
+            if statement.text[:1] in _SETUP_HEADS:
+                self._reproit_learn(statement.text, vars, statement, recorder.owner)
             _finish(recorder, statement)
         except Exception as exc:
             recorder.fail(_INTERNAL)
             absorb("psycopg2.record", exc)
         return result
+
+    def _reproit_learn(
+        self,
+        text: str,
+        values: Any,
+        statement: _Statement | None = None,
+        owner: object | None = None,
+    ) -> None:
+        """Remember a connection-scope answer on the connection (see ``_pg_setup``)."""
+        if self.name is not None or not _pg_setup.worth_remembering(text, values):
+            return
+        connection = self.connection
+        if not isinstance(connection, RecordingConnection):
+            return
+        try:
+            if statement is None:
+                statement = _statement(text, None)
+                _read_result(self, statement)
+            setup = connection.__dict__.get("_reproit_setup")
+            if setup is None:
+                setup = connection._reproit_setup = _pg_setup.ConnectionSetup()
+            setup.remember(text, values, statement._response, owner)
+        except Exception as exc:
+            absorb("psycopg2.setup", exc)
 
     def executemany(self, query: Any, vars_list: Any) -> Any:
         """Run the statement once per parameter set; recorded as one exchange."""
@@ -661,6 +700,7 @@ class RecordingConnection(_ext.connection):
     """The recording layer mixed into the application's connection class."""
 
     _reproit_named: weakref.WeakSet[RecordingCursor] | None = None
+    _reproit_setup: _pg_setup.ConnectionSetup | None = None
 
     def _reproit_track(self, cursor: RecordingCursor) -> None:
         named = self._reproit_named

@@ -292,6 +292,9 @@ class StubConnection:
             f"{key}={'xxx' if key == 'password' else value}" for key, value in params.items()
         )
         self.info = _Info(params)
+        session = active_session()
+        if session is not None:  # what the recorded connections reported wins over defaults
+            self.info.parameters.update(session.recorded_parameters())
         self.closed = 0
         self.autocommit = False
         self.isolation_level: Any = None

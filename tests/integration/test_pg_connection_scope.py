@@ -150,7 +150,9 @@ class SqlAlchemyApp:
                 {"since": now - dt.timedelta(days=days), "id": order_id},
             ).scalar_one()
             connection.execute(text("DELETE FROM scope_orders WHERE id = :id"), {"id": order_id})
-        return {"price": str(price), "recent": recent}
+        # What the dialect learned when it first connected, warm or cold: the server's own.
+        version = self.engine.dialect.server_version_info
+        return {"price": str(price), "recent": recent, "server": version}
 
     def close(self) -> None:
         self.engine.dispose()
@@ -315,3 +317,25 @@ def test_the_recorded_connection_scope_statements_are_the_ones_replay_answers(
     usage = session.usage.report()
     # Those five, SAVEPOINT and RELEASE: each answered once, none consumed.
     assert (usage["ambientExchanges"], usage["ambient"], usage["unused"]) == (7, 7, 0)
+
+
+def test_a_warm_connection_carries_what_it_learned_before_the_request(tables: str) -> None:
+    result, capsule = record(tables, SqlAlchemyApp, True)
+    effects = [event["exchange"] for event in capsule["events"] if event.get("kind") == "effect"]
+    # The pre-ping opens the request on the warm connection; it carries the dialect's set-up.
+    assert effects[0]["request"]["text"] == "SELECT 1"
+    carried = [item["request"]["text"] for item in effects[0]["setup"]]
+    assert carried == [
+        "SELECT t.oid, typarray\nFROM pg_type t JOIN pg_namespace ns\n    ON typnamespace = ns.oid"
+        "\nWHERE typname = 'hstore';\n",
+        "select pg_catalog.version()",
+        "select current_schema()",
+        "show transaction isolation level",
+        "show standard_conforming_strings",
+    ]
+    assert all("setup" not in exchange for exchange in effects[1:])
+    real = effects[0]["setup"][1]["response"]["rows"][0]["version"]
+    assert real.startswith("PostgreSQL ") and "reproit-otel" not in real
+    replayed, session = replay(capsule, SqlAlchemyApp, False)
+    assert replayed == result  # the dialect saw the recorded server version, not a default
+    assert session.usage.report()["unused"] == 0

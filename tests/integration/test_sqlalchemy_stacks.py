@@ -71,15 +71,6 @@ def overlay_env(version: str, *extra: Path) -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join(map(str, folders))} if folders else {}
 
 
-# What replay still lacks for these apps (issue 15, the replay side): connection-scope
-# statements served by rule (the dialect's first-connect introspection, pre-pings) and values
-# new on every run (uuid4 keys, datetime.now()).
-REPLAY_GAP = pytest.mark.xfail(
-    strict=True,
-    reason="replay does not yet serve SQLAlchemy's connection-scope statements (first-connect "
-    "type introspection, pre-ping) nor values new on every run (uuid4, now())",
-)
-
 SERVERS = {
     "flask-sqlalchemy": (PYTHON, "flask_app.py", "--port", "{port}"),
     "fastapi": (UVICORN, "--port", "{port}", "fastapi_app:app"),
@@ -148,7 +139,6 @@ def test_the_failure_is_captured_complete_with_its_statements(run: StackRun, kin
         assert "select pg_catalog.version()" in texts
 
 
-@REPLAY_GAP
 @pytest.mark.parametrize("kind", ["cold", "warm"])
 def test_the_replay_reproduces_the_failure(run: StackRun, kind: str) -> None:
     code, result = run.check(kind)
@@ -156,7 +146,6 @@ def test_the_replay_reproduces_the_failure(run: StackRun, kind: str) -> None:
     assert result["observedResult"]["status"] == 500
 
 
-@REPLAY_GAP
 @pytest.mark.parametrize("kind", ["cold", "warm"])
 def test_the_fixed_code_replays_as_fixed(run: StackRun, kind: str) -> None:
     code, result = run.check(kind, LEDGER_FIXED="1")
@@ -165,7 +154,6 @@ def test_the_fixed_code_replays_as_fixed(run: StackRun, kind: str) -> None:
     assert (answer["overdue"], answer["average"], answer["rate"]) == (0, "0", 1.5)
 
 
-@REPLAY_GAP
 @pytest.mark.parametrize("kind", ["cold", "warm"])
 def test_a_changed_query_parameter_diverges(run: StackRun, kind: str) -> None:
     code, result = run.check(kind, LEDGER_OTHER_CURRENCY="1")

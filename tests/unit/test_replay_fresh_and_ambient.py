@@ -213,3 +213,35 @@ def test_calls_before_the_request_read_without_consuming() -> None:
         1,
         [{"protocol": "pg", "text": "SELECT 42"}],
     )
+
+
+def test_answers_a_connection_carried_from_before_the_operation_are_ambient() -> None:
+    carried = [
+        {
+            "protocol": "pg",
+            "request": {
+                "text": "SELECT set_config('TimeZone', %s, false)",
+                "values": ["Asia/Tokyo"],
+            },
+            "response": {
+                "command": "SELECT 1",
+                "rowCount": 1,
+                "rows": [{"set_config": "Asia/Tokyo"}],
+            },
+        },
+        {
+            "protocol": "pg",
+            "request": {"text": "SHOW DateStyle"},
+            "response": {"command": "SHOW", "rowCount": 1, "rows": [{"datestyle": "ISO, DMY"}]},
+        },
+        {"protocol": "pg", "request": {"text": "SELECT 42"}, "response": {"rows": []}},
+    ]
+    first = _effect("SELECT 1")
+    first["exchange"]["setup"] = carried
+    session = _session(first, _effect("SELECT 43"))
+    assert session.ambient({"text": "SHOW DateStyle"}) is carried[1]
+    assert session.recorded_parameters() == {"TimeZone": "Asia/Tokyo", "DateStyle": "ISO, DMY"}
+    # A carried data statement is not served by the ambient rule, and nothing carried counts.
+    assert session.ambient({"text": "SELECT 42"}) is None
+    report = session.usage.report()
+    assert (report["dataExchanges"], report["ambientExchanges"], session.total) == (1, 1, 2)
