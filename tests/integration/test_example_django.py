@@ -13,7 +13,6 @@ import shutil
 from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.docs_commands import ROOT, block_commands, command_starting, exports
 from tests.integration.pipeline_support import _free_port
@@ -32,11 +31,6 @@ BUG = "    average = total / len(overdue)\n"
 FIX = "    average = total / len(overdue) if overdue else Decimal(0)\n"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="replay does not yet serve Django's connection-scope statements (set_config "
-    "TimeZone on a fresh connection, savepoints) nor values new on every run (uuid4, now())",
-)
 def test_the_django_example_reproduces_then_is_fixed(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "examples" / "django_ledger", tmp_path / "examples" / "django_ledger")
     views = tmp_path / "examples" / "django_ledger" / "payments" / "views.py"
