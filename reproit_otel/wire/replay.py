@@ -367,9 +367,13 @@ class ReplaySession:
         return found
 
     def recorded_parameters(self) -> dict[str, str]:
-        """Server parameters the recording tells (``SHOW``/``SET``/``set_config`` answers)."""
+        """Server parameters a recorded connection had before the operation used it.
+
+        Read from the ``SHOW``/``SET``/``set_config`` answers it carried as ``setup``; the
+        operation's own ``SET`` statements are not included (replay runs them again).
+        """
         found: dict[str, str] = {}
-        for entry in (*self._setup, *self._entries):
+        for entry in self._setup:
             request = entry.request
             exchange = entry.exchange
             if entry.scope != "setting" or not isinstance(request, Mapping):

@@ -339,3 +339,45 @@ def test_a_warm_connection_carries_what_it_learned_before_the_request(tables: st
     replayed, session = replay(capsule, SqlAlchemyApp, False)
     assert replayed == result  # the dialect saw the recorded server version, not a default
     assert session.usage.report()["unused"] == 0
+
+
+class TimeZoneApp:
+    """A plain psycopg2 connection set to a time zone at boot (``warm``); the request reads it
+    back, sets another and reads that."""
+
+    def __init__(self, connect: Connect, warm: bool, changed: bool) -> None:
+        self.connection = connect()
+        self.warm = warm
+
+    def before(self) -> None:
+        if not self.warm:
+            return
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('TimeZone', %s, false)", ["Asia/Tokyo"])
+        self.connection.commit()
+
+    def request(self) -> Any:
+        seen = [self.connection.info.parameter_status("TimeZone")]
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT %s::int + 1", [41])
+            seen.append(cursor.fetchone()[0])
+            cursor.execute("SET TIME ZONE 'Europe/Lisbon'")
+            seen.append(self.connection.get_parameter_status("TimeZone"))
+            cursor.execute("SHOW TimeZone")
+            seen.append(cursor.fetchone()[0])
+        self.connection.rollback()
+        return seen
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def test_a_replayed_connection_reports_the_recorded_parameters_and_follows_set(
+    tables: str,
+) -> None:
+    result, capsule = record(tables, TimeZoneApp, True)
+    assert result == ["Asia/Tokyo", 42, "Europe/Lisbon", "Europe/Lisbon"]
+    # The replay does not set the zone at boot: the stub reports what the recording tells.
+    replayed, session = replay(capsule, TimeZoneApp, False)
+    assert replayed == result
+    assert not session.diverged and session.usage.report()["unused"] == 0

@@ -387,3 +387,37 @@ def test_replay_looks_up_no_transport_setting_in_the_environment(
         replayed = streamed.json()
     assert requests.Session.merge_environment_settings is own
     assert (replayed, looked_up) == (live, [])
+
+
+def test_calls_before_the_request_never_consume_it(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    upstream = Upstream()
+    try:
+        _, events = record(lambda: requests.get(f"{upstream.base}/json", timeout=5).json())
+    finally:
+        upstream.stop()
+    with no_sockets(monkeypatch), replaying(capsule_of(events)) as session:
+        session.usage.await_request()
+        # Boot: a warm-up of the recorded call reads its answer; an unrecorded one gets 503.
+        warm = requests.get(f"{upstream.base}/json", timeout=5)
+        other = requests.get(f"{upstream.base}/health", timeout=5)
+        session.begin_request()
+        served = requests.get(f"{upstream.base}/json", timeout=5)
+    assert (warm.status_code, warm.json()) == (200, {"rate": 1.5, "currency": "EUR"})
+    assert (other.status_code, other.json()) == (503, {"reproit": "before-request"})
+    assert (served.status_code, served.json()) == (200, {"rate": 1.5, "currency": "EUR"})
+    assert not session.diverged and "REPROIT:DIVERGENCE" not in capfd.readouterr().err
+    report = session.usage.report()
+    assert report == {
+        "dataExchanges": 1,
+        "consumed": 1,
+        "unused": 0,
+        "ambientExchanges": 0,
+        "ambient": 0,
+        "beforeRequest": 2,
+        "beforeRequestCalls": [
+            {"protocol": "http", "method": "GET", "url": f"{upstream.base}/json"},
+            {"protocol": "http", "method": "GET", "url": f"{upstream.base}/health"},
+        ],
+    }
