@@ -81,6 +81,19 @@ def test_boot_calls_are_answered_before_the_request_and_the_failure_reproduces(
     assert "calls before the request" not in result["_stderr"]  # --json prints no summary
 
 
+def test_the_warm_capture_carries_the_connection_set_up_it_did_not_see(run: StackRun) -> None:
+    effects = [
+        event["exchange"]
+        for event in run.captures["warm"].capsule["events"]
+        if event.get("kind") == "effect"
+    ]
+    # The request began with the pool's pre-ping on a connection the boot's warm-up set up.
+    assert effects[0]["request"]["text"] == "SELECT 1"
+    carried = [item["request"]["text"] for item in effects[0]["setup"]]
+    assert "select pg_catalog.version()" in carried, carried
+    assert "show standard_conforming_strings" in carried, carried
+
+
 @pytest.mark.parametrize("kind", ["cold", "warm"])
 def test_the_fixed_code_is_fixed(run: StackRun, kind: str) -> None:
     code, result = run.check(kind, SHOP_FIXED="1")
