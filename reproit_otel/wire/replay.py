@@ -61,8 +61,9 @@ from reproit_otel.wire.matching import (
     strict_equal,
 )
 from reproit_otel.wire.redaction import redact, redact_url, scrub_value
+from reproit_otel.wire.replay_scope import ConnectionScope, setup_items
 from reproit_otel.wire.replay_usage import ReplayUsage
-from reproit_otel.wire.statements import ambient_key, recorded_parameter, statement_scope
+from reproit_otel.wire.statements import statement_scope
 
 __all__ = [
     "CAPTURE_FORMAT",
@@ -204,11 +205,6 @@ class _Entry:
         return UNSET
 
 
-def _setup_items(exchange: Any) -> list[Any]:
-    setup = exchange.get("setup") if isinstance(exchange, Mapping) else None
-    return [item for item in setup if isinstance(item, Mapping)] if isinstance(setup, list) else []
-
-
 def _check_capsule(capsule: Any) -> None:
     """PROTOCOL 7.1: the format must be exact and the version 1 or 2."""
     fields: Mapping[str, Any] = capsule if isinstance(capsule, Mapping) else {}
@@ -223,7 +219,7 @@ def _check_capsule(capsule: Any) -> None:
         raise CapsuleError("capsule events must be an array of trace events")
 
 
-class ReplaySession:
+class ReplaySession(ConnectionScope):
     """The exchanges of one capsule and which of them live calls have consumed.
 
     Create it from a parsed capsule (``ReplaySession(capsule)``) or a file
@@ -272,7 +268,7 @@ class ReplaySession:
         self._setup = [
             setup
             for entry in self._entries
-            for item in _setup_items(entry.exchange)
+            for item in setup_items(entry.exchange)
             if (setup := _Entry(item)).scope is not None
         ]
         self._ambient = [entry for entry in self._entries if entry.scope is not None]
@@ -339,79 +335,6 @@ class ReplaySession:
     def consumed(self) -> int:
         """The number of recorded exchanges live calls have consumed."""
         return self._consumed
-
-    def ambient(self, probe: Mapping[str, Any]) -> Any:
-        """The recorded exchange answering a connection-scope ``pg`` statement, or ``None``.
-
-        Never consumed: the first recorded statement with the same :func:`ambient_key
-        <reproit_otel.wire.statements.ambient_key>` whose values match, else the first with
-        that key whatever its values (recorded exchanges first, then the answers carried
-        as ``setup``). Counted in :attr:`usage` as an ambient call.
-        """
-        with self._lock:
-            self.usage.ambient_calls += 1
-        text = probe.get("text")
-        if not isinstance(text, str):
-            return None
-        key = ambient_key(text)
-        found: Any = None
-        for entry in self._ambient:  # never consumed, never changed: no lock needed
-            request = entry.request
-            recorded = request.get("text") if isinstance(request, Mapping) else None
-            if not isinstance(recorded, str) or ambient_key(recorded) != key:
-                continue
-            if request_matches("pg", {**request, "text": text}, probe):
-                return entry.exchange
-            if found is None:
-                found = entry.exchange
-        return found
-
-    def recorded_parameters(self) -> dict[str, str]:
-        """Server parameters a recorded connection had before the operation used it.
-
-        Read from the ``SHOW``/``SET``/``set_config`` answers it carried as ``setup``; the
-        operation's own ``SET`` statements are not included (replay runs them again).
-        """
-        found: dict[str, str] = {}
-        for entry in self._setup:
-            request = entry.request
-            exchange = entry.exchange
-            if entry.scope != "setting" or not isinstance(request, Mapping):
-                continue
-            response = exchange.get("response") if isinstance(exchange, Mapping) else None
-            told = recorded_parameter(request.get("text"), request.get("values"), response)
-            if told is not None:
-                found[told[0]] = told[1]
-        return found
-
-    def note_before_request(self, call: dict[str, Any]) -> None:
-        """Count a call answered before the recorded request began (see :attr:`usage`)."""
-        with self._lock:
-            self.usage.note_before_request(call)
-
-    def begin_request(self) -> bool:
-        """The recorded request has begun: strict matching from now on (True the first time)."""
-        with self._lock:
-            return self.usage.begin_request()
-
-    def peek(self, protocol: str, probe: dict[str, Any]) -> Any:
-        """The exchange a call made before the recorded request may be answered with.
-
-        The first unconsumed data exchange with the call's key, when it matches; it stays
-        unconsumed (the request still needs it). ``None`` when there is none.
-        """
-        entry = self.peek_entry(protocol, probe)
-        return None if entry is None else entry.exchange
-
-    def peek_entry(self, protocol: str, probe: dict[str, Any]) -> _Entry | None:
-        """Like :meth:`peek`, returning the entry (with its prepared answer)."""
-        slot = (protocol, operation_key(protocol, probe))
-        with self._lock:
-            waiting = self._open.get(slot)
-            entry = waiting[0] if waiting else None
-        if entry is not None and request_matches(protocol, entry.request, probe):
-            return entry
-        return None
 
     def redact_probe(self, protocol: str, probe: dict[str, Any]) -> dict[str, Any]:
         """``probe`` after the session's ``live_redactor`` (unchanged without one)."""
