@@ -32,9 +32,11 @@ pipeline: the collector runs finalizers on whichever thread allocates, possibly 
 the locked sections below. Finalizers hand their work over through
 :func:`reproit_otel.recording.hand_over` (a lock-free deque) or do nothing; the processor
 settles it when a server span begins, recorders when a call starts, an operation when it
-finishes, all with no lock held. Other code's finalizers end spans too (a generator closed
-with its span open): while the thread is collecting (``recording.collecting``), ``on_start``
-and ``on_end`` hand themselves over the same way instead of taking any lock. The locks the
+finishes, all with no lock held, and the uploader's thread settles it too, holding no lock
+(``uploader.py``: so an idle worker does not keep it). Other code's finalizers end spans too
+(a generator closed with its span open): while the thread is collecting
+(``recording.collecting``), ``on_start`` and ``on_end`` hand themselves over the same way
+instead of taking any lock. The locks the
 application's threads take on the capture side, and why none can be waited on by a thread
 that already holds it:
 
@@ -194,6 +196,10 @@ class ReproitSpanProcessor(SpanProcessor):
         every server operation; scan-time operations follow the configuration alone."""
         self.config = config if config is not None else load_config()
         self.sinks: list[OperationSink] = list(sinks)
+        # Sinks with a thread that settles handed-over work (the uploader): started at begin.
+        self._settlers: list[Callable[[], None]] = [
+            settler for settler in map(_settler_of, self.sinks) if settler is not None
+        ]
         self.capture = bool(self.sinks) if capture is None else capture
         self._max_operations = max_operations
         self._ttl = operation_ttl_s
@@ -214,6 +220,9 @@ class ReproitSpanProcessor(SpanProcessor):
     def add_sink(self, sink: OperationSink) -> None:
         """Also hand finished capture operations to ``sink`` (turns capture on)."""
         self.sinks.append(sink)
+        settler = _settler_of(sink)
+        if settler is not None:
+            self._settlers.append(settler)
         self.capture = True
 
     def stats(self) -> dict[str, Any]:
@@ -482,6 +491,9 @@ class ReproitSpanProcessor(SpanProcessor):
         scan_context = self._trusted_scan_context(inbound) if self.config.scan else None
         if scan_context is None and not self.capture:
             return
+        if scan_context is None:
+            for keep_settling in self._settlers:  # no lock held; a no-op once it runs
+                keep_settling()
         context = scan_context or self._capture_context()
         source: Callable[[], Any]
         if inbound is not None:
@@ -645,6 +657,12 @@ class ReproitSpanProcessor(SpanProcessor):
                 sink.submit(operation.trace)
             except Exception as exc:
                 absorb("processor.sink", exc)
+
+
+def _settler_of(sink: OperationSink) -> Callable[[], None] | None:
+    """The sink's ``keep_settling`` (a thread that settles handed-over work), if it has one."""
+    settler = getattr(sink, "keep_settling", None)
+    return settler if callable(settler) else None
 
 
 def _target_of(url: str | None) -> str:

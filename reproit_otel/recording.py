@@ -59,8 +59,12 @@ pipeline synchronously: a finalizer that has work for the pipeline (an abandoned
 response whose exchange must be finished) passes it to :func:`hand_over`, which appends to a
 ``collections.deque`` (``append`` and ``popleft`` are atomic and take no lock), and the work
 runs at the next hook that holds no lock (:func:`settle_handed_over`: the next
-:func:`start_exchange`, the next operation's begin and every operation's finish). Finalizers
-do that or nothing.
+:func:`start_exchange`, the next operation's begin and every operation's finish) or on the
+uploader's thread, which looks for it every second while it runs, so that an idle worker does
+not keep it until its next request (``uploader.py``). Whichever thread settles it holds no lock
+of reproit-otel, and the work takes only the locks that finishing it takes on any thread: the
+operation's, then the processor's, then the uploader's (the order ``processor.py`` audits).
+Finalizers do that or nothing.
 
 Other code's finalizers can reach our hooks too: a generator or coroutine closed by the
 collector ends its OpenTelemetry span (the span processor's ``on_end``), an object's
@@ -399,9 +403,10 @@ def hand_over(work: Callable[[], object]) -> None:
 def settle_handed_over() -> None:
     """Run the work finalizers handed over, oldest first, on this thread.
 
-    Callers: the pipeline's hooks, at a point where this thread holds no lock of
-    reproit-otel (the work takes the locks of the operation it finishes). Only the work
-    there is when it starts runs: work handed over again meanwhile waits for the next hook.
+    Callers: the pipeline's hooks and the uploader's thread, at a point where this thread
+    holds no lock of reproit-otel (the work takes the locks of the operation it finishes).
+    Only the work there is when it starts runs: work handed over again meanwhile waits for
+    the next hook.
     """
     if collecting.active:  # inside a collection: the next hook settles it
         return

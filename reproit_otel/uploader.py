@@ -62,6 +62,15 @@ the standard library's and take no lock of ours. The one hook that takes the con
 thread is outside every locked section of reproit-otel (each is a ``with`` block, left by any
 exception), so it can only wait for the uploader thread, and for at most
 ``exit_flush_timeout_s``.
+
+Handed-over work. Finalizers never take a lock, so they cannot wake this thread; they hand
+their work over to :func:`reproit_otel.recording.hand_over` and the next hook of the
+application settles it. So that an idle worker does not keep that work (and the operation it
+refers to) until its next request, the thread also wakes every :data:`SETTLE_INTERVAL_S` and
+settles what it finds, outside the condition and holding no lock of reproit-otel, so the work
+takes only the locks it would take on an application thread, in the same order. The span
+processor starts the thread when it begins a capture operation (:meth:`Uploader.keep_settling`),
+so it runs before the first failure.
 """
 
 from __future__ import annotations
@@ -79,6 +88,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urljoin, urlsplit
 
+from reproit_otel import recording
 from reproit_otel._guard import absorb
 from reproit_otel.delivery import Delivery, describe_error, describe_status, endpoint_target
 from reproit_otel.wire._js import UNSET
@@ -102,6 +112,7 @@ __all__ = [
     "DEFAULT_EXIT_FLUSH_TIMEOUT_S",
     "HEAVY_QUEUE_LIMIT",
     "QUEUE_LIMIT",
+    "SETTLE_INTERVAL_S",
     "Uploader",
     "UploaderSettings",
     "backoff_ms",
@@ -113,6 +124,8 @@ QUEUE_LIMIT = 64
 HEAVY_QUEUE_LIMIT = 4
 """Operations past the 256-event trace limit that may wait in the queue at once."""
 MIN_FLUSH_INTERVAL_MS = 100
+SETTLE_INTERVAL_S = 1.0
+"""How often the uploader thread looks for work finalizers handed over (``recording.py``)."""
 MAX_RETRY_LIMIT = 5
 DEFAULT_EXIT_FLUSH_TIMEOUT_S = 2.0
 USER_AGENT = "reproit-otel-uploader"
@@ -310,6 +323,21 @@ class Uploader:
             return
         self.record(trace)
 
+    def keep_settling(self) -> None:
+        """Start this process's uploader thread now, so it settles handed-over work.
+
+        The span processor calls it when it begins a capture operation. Finalizers hand
+        their work over (:func:`reproit_otel.recording.hand_over`) without waking anyone;
+        the application's next hook settles it, and so does the uploader thread every
+        :data:`SETTLE_INTERVAL_S`, so an idle worker does not keep that work (and the
+        operation it refers to) until its next request. Cheap once the thread runs.
+        """
+        if self._thread is not None or self._closed:
+            return
+        with self._cond:
+            if os.getpid() == self._pid and not self._closed:
+                self._ensure_thread()
+
     def _ineligible(self, reason: str) -> None:
         with self._cond:
             ineligible: dict[str, int] = self._stats["ineligible"]
@@ -425,26 +453,54 @@ class Uploader:
     def _run(self) -> None:
         detach = _suppressed()
         try:
-            while self._wait_for_work():
-                self._drain()
+            while True:
+                work = self._wait_for_work()
+                if work is None:
+                    return
+                if recording.handed_over:
+                    self._settle()
+                if work:
+                    self._drain()
         finally:
             detach()
 
-    def _wait_for_work(self) -> bool:
+    def _wait_for_work(self) -> bool | None:
+        """Wait for batches to send (True) or the next settling round (False); None: stop."""
+        waited = False  # one wait at least between settling rounds: never a busy loop
         with self._cond:
             while True:
                 if self._closed:
-                    return False
+                    return None
                 if self._queue and (self._flush_requested or self._closed):
                     break
                 now = time.monotonic()
                 if self._deadline is not None and now >= self._deadline:
                     break
-                wait = None if self._deadline is None else self._deadline - now
+                if waited and recording.handed_over:
+                    return False
+                wait = SETTLE_INTERVAL_S
+                if self._deadline is not None:
+                    wait = min(wait, self._deadline - now)
                 self._cond.wait(wait)
+                waited = True
             self._deadline = None
             self._flush_requested = False
             return True
+
+    @staticmethod
+    def _settle() -> None:
+        """Run the work finalizers handed over, on this thread, holding no lock.
+
+        The work takes the locks any application thread takes for it (an operation's, then
+        the processor's, then this uploader's condition when it submits a finished
+        operation), in that order; none is held here, so none can be waited on by its owner.
+        """
+        try:
+            recording.settle_handed_over()
+        except Exception as exc:
+            # Only under the test suite's strict guard, which has already counted the defect
+            # (``_guard.internal_errors``): the thread lives on to send batches.
+            _log.debug("reproit-otel: settling handed-over work failed: %r", exc)
 
     def _drain(self) -> None:
         while True:

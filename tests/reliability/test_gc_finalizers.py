@@ -160,6 +160,36 @@ def test_every_capture_shape_answers_byte_for_byte_with_the_collector_everywhere
     assert [(e["status"], e["output"]["error"]) for e in failures] == [(500, "out of stock")] * 6
 
 
+@pytest.mark.postgres
+def test_work_handed_over_in_an_idle_worker_is_settled_without_another_request(
+    postgres_dsn: str,
+) -> None:
+    # Capture configured (an ingest that is never reached: the request is healthy).
+    capture = {"REPROIT_ENDPOINT": f"http://127.0.0.1:{closed_port()}/v1/capture-batches"}
+    capture.update(REPROIT_API_KEY="k", REPROIT_APP_ID="shop")
+    completed = subprocess.run(
+        [sys.executable, "-m", "tests.reliability.idle_run", "--bound", "10"],
+        cwd=ROOT,
+        env=_child_environ(postgres_dsn, **capture),
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-20000:]
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert result == {
+        "status": 200,
+        "handed_over": 1,  # the abandoned stream's finish, left by its finalizer
+        "settled": True,
+        "settled_by": "reproit-otel-uploader",
+        "incomplete_reasons": {
+            "1 exchange(s) unfinished at the response": 1,
+            "after the response: an exchange finished after the response": 1,
+        },
+    }
+
+
 # --- gunicorn's threaded workers ----------------------------------------------------------------
 
 
