@@ -43,6 +43,7 @@ from typing import Any, Final
 from reproit_otel.wire._js import UNSET, js_string, utf8_bytes, well_formed
 from reproit_otel.wire._jsparse import js_json_parse
 from reproit_otel.wire.canonical import canonical_json, js_items, ordered_json
+from reproit_otel.wire.fresh import url_matches
 from reproit_otel.wire.urls import url_path_and_query
 
 __all__ = [
@@ -326,8 +327,9 @@ def request_matches(
 ) -> bool:
     """Whether a live request ``probe`` matches a recorded request (PROTOCOL 7.3).
 
-    HTTP: ``method`` strictly equal, path+query equal, ``matches(recorded.body, probe.body)``
-    (headers are never compared). Otherwise: ``text`` strictly equal and
+    HTTP: ``method`` strictly equal, path+query equal (with ``fresh``, equal but for UUIDs it
+    accepts, :func:`~reproit_otel.wire.fresh.url_matches`), ``matches(recorded.body,
+    probe.body)`` (headers are never compared). Otherwise: ``text`` strictly equal and
     ``matches(recorded.values, probe.values)``.
     """
     want: Mapping[str, Any] = recorded if isinstance(recorded, Mapping) else {}
@@ -335,7 +337,9 @@ def request_matches(
     if protocol == "http":
         if not strict_equal(want.get("method", UNSET), got.get("method", UNSET)):
             return False
-        if url_path_and_query(want.get("url", UNSET)) != url_path_and_query(got.get("url", UNSET)):
+        want_url = url_path_and_query(want.get("url", UNSET))
+        got_url = url_path_and_query(got.get("url", UNSET))
+        if want_url != got_url and (fresh is None or not url_matches(want_url, got_url, fresh)):
             return False
         return matches(want.get("body", UNSET), got.get("body", UNSET), fresh)
     if protocol == "invoke":

@@ -11,12 +11,16 @@ each ``effect`` event with an ``exchange`` is one recorded HTTP or ``pg`` call. 
 Matching is strict, never fuzzy. A call's *operation key* is ``METHOD path+query`` for HTTP
 and the statement text for ``pg``; within one key the recorded order is enforced (the first
 unconsumed exchange with that key is the only candidate), while calls of different keys and
-protocols may interleave freely. A call with no candidate, or whose candidate does not match
-(method, path+query and body for HTTP; text and values for ``pg``, with ``$reproit``
-placeholders as wildcards, see :mod:`reproit_otel.wire.matching`), is a *divergence*: the
-session is marked diverged, a ``REPROIT:DIVERGENCE {json}`` line is produced, and the call
-fails (HTTP status 599, or :class:`~reproit_otel.errors.DivergedError` for ``pg``). A recorded
-response whose body or stream boundaries were truncated at capture fails closed the same way.
+protocols may interleave freely. An HTTP call whose recorded URL holds a UUID the recorded
+run generated waits under the URL's shape instead (every UUID replaced by one token), where
+the live run's own fresh UUID finds it (:mod:`reproit_otel.wire.fresh`). A call with no
+candidate, or whose candidate does not match (method, path+query and body for HTTP; text and
+values for ``pg``, with ``$reproit`` placeholders as wildcards, see
+:mod:`reproit_otel.wire.matching`), is a *divergence*: the session is marked diverged, a
+``REPROIT:DIVERGENCE {json}`` line is produced, and the call fails (HTTP status 599, or
+:class:`~reproit_otel.errors.DivergedError` for ``pg``). A recorded response whose body or
+stream boundaries were truncated at capture fails closed the same way
+(:mod:`reproit_otel.wire.replay_answer` prepares what a call is served).
 
 This module writes nothing anywhere. Divergence lines are kept in
 :attr:`ReplaySession.divergence_lines` and handed to the optional ``on_divergence`` callback;
@@ -42,18 +46,16 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final, TypedDict
 
 from reproit_otel.errors import CapsuleError, DivergedError, RecordedPgError
-from reproit_otel.wire._js import UNSET, is_js_integer, js_string, utf8_bytes
+from reproit_otel.wire._js import UNSET, is_js_integer, js_string
 from reproit_otel.wire._jsparse import js_json_parse
-from reproit_otel.wire.exact_body import served_bytes
+from reproit_otel.wire.fresh import generated_uuid_in, url_shape
 from reproit_otel.wire.matching import (
     body_delta,
-    js_items,
     js_stringify,
     js_truthy,
     operation_key,
@@ -61,6 +63,14 @@ from reproit_otel.wire.matching import (
     strict_equal,
 )
 from reproit_otel.wire.redaction import redact, redact_url, scrub_value
+from reproit_otel.wire.replay_answer import (
+    DIVERGENCE_STATUS,
+    ServedResponse,
+    diverged_response,
+    prepare_answer,
+    split_chunk_bytes,
+    split_chunks,
+)
 from reproit_otel.wire.replay_scope import ConnectionScope, setup_items
 from reproit_otel.wire.replay_usage import ReplayUsage
 from reproit_otel.wire.statements import statement_scope
@@ -91,13 +101,10 @@ CAPTURE_FORMAT: Final = "reproit-backend-capture"
 DIVERGENCE_MARKER: Final = "REPROIT:DIVERGENCE "
 """The prefix that starts every divergence line (note the trailing space)."""
 
-DIVERGENCE_STATUS: Final = 599
-"""The HTTP status served for a diverged or fail-closed call."""
 
 PG_DIVERGED_MESSAGE: Final = "reproit: pg call diverged from the capture"
 """The message of the :class:`~reproit_otel.errors.DivergedError` a diverged ``pg`` call raises."""
 _RECORDED_PG_ERROR: Final = "recorded pg error"
-_STRIPPED_HEADERS: Final = ("content-length", "transfer-encoding", "content-encoding")
 
 LiveRedactor = Callable[[str, dict[str, Any]], dict[str, Any]]
 """``(protocol, probe) -> probe``: redacts a live probe the way the capture was redacted."""
@@ -144,41 +151,22 @@ class PgResult(TypedDict):
     rows: list[Any]
 
 
-@dataclass(frozen=True)
-class ServedResponse:
-    """What replay answers an HTTP call with.
-
-    ``status`` is the recorded status (200 when none was recorded; an ``int`` in every
-    capsule reproit writes, any other recorded value is passed through). ``headers`` are
-    the recorded response headers minus ``content-length``,
-    ``transfer-encoding`` and ``content-encoding``; ``body_text`` is the recorded body as text
-    (PROTOCOL 7.4 step 4) and ``body`` the bytes to serve: the UTF-8 of ``body_text``, or the
-    exact bytes of a body recorded with ``bodyBase64`` (see :mod:`reproit_otel.wire.exact_body`);
-    ``chunks`` are ``body`` cut at the recorded stream boundaries, or ``None`` when the body
-    is delivered whole.
-
-    The answer to a recorded exchange is worked out once, when the capsule is loaded, and the
-    same object is handed to every call that consumes that exchange: treat it as read-only.
-    """
-
-    status: Any
-    headers: dict[str, Any]
-    body_text: str
-    chunks: list[bytes] | None = None
-    recorded: Mapping[str, Any] | None = None
-    """The matched exchange's recorded ``response`` object (``None`` on a divergence)."""
-    divergence_line: str | None = None
-    """The ``REPROIT:DIVERGENCE`` line this call produced, if it diverged."""
-    body: bytes = b""
-    """The bytes served (see above)."""
-
-
 class _Entry:
     """One recorded exchange, whether a live call has consumed it, its prepared answer, and
     its connection scope (``None`` for a data exchange, see :mod:`reproit_otel.wire.statements`).
     """
 
-    __slots__ = ("answer", "at", "consumed", "exchange", "index", "key", "protocol", "scope")
+    __slots__ = (
+        "answer",
+        "at",
+        "consumed",
+        "exchange",
+        "index",
+        "key",
+        "protocol",
+        "scope",
+        "shape",
+    )
 
     def __init__(self, exchange: Any, at: Any = None, index: int = 0) -> None:
         self.exchange = exchange
@@ -189,13 +177,15 @@ class _Entry:
         request = fields.get("request", UNSET)
         self.key = operation_key(self.protocol, request)
         self.scope: str | None = None
+        # The key's shape when the recorded run generated a UUID in it (set by the session).
+        self.shape: str | None = None
         if self.protocol == "pg" and isinstance(request, Mapping):
             self.scope = statement_scope(request.get("text"), request.get("values"))
         self.at = at if is_js_integer(at) else None
         # Everything a served HTTP call needs is computed here, once per capsule load, so a
         # call costs the match and nothing else.
         self.answer: ServedResponse | str | None = (
-            _prepare_answer(fields) if strict_equal(self.protocol, "http") else None
+            prepare_answer(fields) if strict_equal(self.protocol, "http") else None
         )
 
     @property
@@ -256,13 +246,25 @@ class ReplaySession(ConnectionScope):
             _Entry(event["exchange"], event.get("at", UNSET), index)
             for index, event in enumerate(recorded)
         ]
+        self.usage = ReplayUsage(capsule, self._entries)
         # The unconsumed data exchanges of each (protocol, key), in recorded order: the front
         # one is the only candidate of a call, found without walking the capsule (PROTOCOL
         # 7.2). Connection-scope statements are never candidates: they are answered by
-        # :meth:`ambient` and never consumed.
+        # :meth:`ambient` and never consumed. An HTTP exchange whose URL holds a UUID the
+        # recorded run generated waits under its key's shape instead (in ``_shaped``): the
+        # live run's URL holds another UUID there.
         self._open: dict[tuple[str, str], deque[_Entry]] = {}
+        self._shaped: dict[tuple[str, str], deque[_Entry]] = {}
         for entry in self._entries:
-            if isinstance(entry.protocol, str) and entry.scope is None:
+            if not isinstance(entry.protocol, str) or entry.scope is not None:
+                continue
+            shape = url_shape(entry.key) if entry.protocol == "http" else None
+            if shape is not None and generated_uuid_in(
+                entry.key, self.usage.known_uuids(entry.index)
+            ):
+                entry.shape = shape
+                self._shaped.setdefault((entry.protocol, shape), deque()).append(entry)
+            else:
                 self._open.setdefault((entry.protocol, entry.key), deque()).append(entry)
         # Connection-scope answers a recorded connection carried from before the operation.
         self._setup = [
@@ -273,7 +275,6 @@ class ReplaySession(ConnectionScope):
         ]
         self._ambient = [entry for entry in self._entries if entry.scope is not None]
         self._ambient.extend(self._setup)
-        self.usage = ReplayUsage(capsule, self._entries)
         self._consumed = 0
         self.diverged = False
         self.divergence_lines: list[str] = []
@@ -353,9 +354,9 @@ class ReplaySession(ConnectionScope):
 
     def diverge(self, protocol: str, probe: dict[str, Any]) -> str:
         """Mark the session diverged for ``probe`` and return the divergence line."""
-        key = operation_key(protocol, probe)
+        slot, shaped = self._slots(protocol, probe)
         with self._lock:
-            expected = self._diverge_locked(protocol, key)
+            expected = self._diverge_locked(protocol, slot[1], shaped)
             consumed = self._consumed
         return self._divergence(protocol, probe, expected, consumed)
 
@@ -366,16 +367,16 @@ class ReplaySession(ConnectionScope):
 
     def match_entry(self, protocol: str, probe: dict[str, Any]) -> tuple[_Entry | None, str | None]:
         """Like :meth:`match_with_line`, returning the consumed entry (with its answer)."""
-        slot = (protocol, operation_key(protocol, probe))
+        slot, shaped = self._slots(protocol, probe)
         while True:
             with self._lock:
-                waiting = self._open.get(slot)
+                waiting = self._waiting(slot, shaped)
                 entry = waiting[0] if waiting else None
             # Compared with no lock held (it allocates, so a collection may run here).
             fresh = None if entry is None else self.usage.fresh_match(entry.index)
             matched = entry is not None and request_matches(protocol, entry.request, probe, fresh)
             with self._lock:
-                waiting = self._open.get(slot)
+                waiting = self._waiting(slot, shaped)
                 if (waiting[0] if waiting else None) is not entry:
                     continue  # another call consumed the candidate meanwhile: look again
                 if matched and waiting and entry is not None:
@@ -385,13 +386,14 @@ class ReplaySession(ConnectionScope):
                     entry.consumed = True
                     self._consumed += 1
                     return entry, None
-                expected = self._diverge_locked(protocol, slot[1])
+                expected = self._diverge_locked(protocol, slot[1], shaped)
                 consumed = self._consumed
             return None, self._divergence(protocol, probe, expected, consumed)
 
-    def _diverge_locked(self, protocol: str, key: str) -> Any:
+    def _diverge_locked(self, protocol: str, key: str, shaped: tuple[str, str] | None) -> Any:
         """Mark the session diverged; the recorded request of the candidate the report names
-        (``None``: none). Allocates nothing."""
+        (``None``: none): the first open one with the call's key or shape, else the first
+        open one of its protocol. Allocates nothing."""
         self.diverged = True
         first_open: _Entry | None = None
         entries = self._entries
@@ -403,7 +405,9 @@ class ReplaySession(ConnectionScope):
                 continue
             if not strict_equal(entry.protocol, protocol):
                 continue
-            if entry.key == key:
+            if entry.key == key or (
+                shaped is not None and entry.shape is not None and entry.shape == shaped[1]
+            ):
                 return entry.request
             if first_open is None:
                 first_open = entry
@@ -453,79 +457,6 @@ def divergence_line(report: Mapping[str, Any]) -> str:
     return DIVERGENCE_MARKER + js_stringify(report)
 
 
-def _diverged_response(reason: str, line: str | None) -> ServedResponse:
-    text = js_stringify({"reproit": reason})
-    return ServedResponse(
-        status=DIVERGENCE_STATUS,
-        headers={"content-type": "application/json"},
-        body_text=text,
-        divergence_line=line,
-        body=utf8_bytes(text),
-    )
-
-
-def split_chunks(text: str, lengths: Sequence[Any]) -> list[bytes]:
-    """Cut the UTF-8 bytes of ``text`` at recorded chunk lengths (PROTOCOL 7.4).
-
-    One chunk per recorded length, always: a length that is not a positive integer counts as
-    0, chunks are clamped to the bytes left, and the last chunk takes whatever remains (so a
-    chunk may be empty, and a multi-byte character may be split).
-    """
-    return split_chunk_bytes(utf8_bytes(text), lengths)
-
-
-def split_chunk_bytes(data: bytes, lengths: Sequence[Any]) -> list[bytes]:
-    """:func:`split_chunks` for a body that is already bytes."""
-    total = len(data)
-    chunks: list[bytes] = []
-    offset = 0
-    for index, length in enumerate(lengths):
-        size = int(length) if is_js_integer(length) and length > 0 else 0
-        end = total if index == len(lengths) - 1 else min(offset + size, total)
-        chunks.append(data[offset:end])
-        offset = end
-    return chunks
-
-
-def _served_status(response: Mapping[str, Any]) -> Any:
-    status = response.get("status", UNSET)
-    if status is None or status is UNSET:
-        return 200
-    if is_js_integer(status):
-        return int(status)
-    return status  # not written by reproit; served as recorded, as the reference does
-
-
-def _prepare_answer(exchange: Mapping[str, Any]) -> ServedResponse | str:
-    """The answer to serve for a recorded HTTP exchange, or the reason it fails closed."""
-    response = exchange.get("response", UNSET)
-    if not isinstance(response, Mapping):
-        response = {}
-    if response.get("truncated", UNSET) is True:
-        # The capture kept the body's identity, not its bytes: serving a guess would lie.
-        return "truncated-exchange-body"
-    recorded_headers = response.get("headers", UNSET)
-    headers = dict(js_items(recorded_headers)) if isinstance(recorded_headers, Mapping) else {}
-    for name in _STRIPPED_HEADERS:
-        headers.pop(name, None)
-    body, body_text = served_bytes(response)
-    stream = response.get("stream", UNSET)
-    lengths = stream.get("chunks", UNSET) if isinstance(stream, Mapping) else UNSET
-    chunks: list[bytes] | None = None
-    if isinstance(lengths, list):
-        if stream.get("truncated", UNSET) is True:
-            return "truncated-stream-boundaries"
-        chunks = split_chunk_bytes(body, lengths)
-    return ServedResponse(
-        status=_served_status(response),
-        headers=headers,
-        body_text=body_text,
-        chunks=chunks,
-        recorded=response,
-        body=body,
-    )
-
-
 _FAIL_CLOSED_FLAGS: Final = {
     "truncated-exchange-body": "truncated",
     "truncated-stream-boundaries": "streamBoundariesTruncated",
@@ -543,13 +474,13 @@ def serve_http(session: ReplaySession, probe: dict[str, Any]) -> ServedResponse:
     probe = session.redact_probe("http", probe)
     entry, line = session.match_entry("http", probe)
     if entry is None:
-        return _diverged_response("diverged", line)
+        return diverged_response("diverged", line)
     prepared = entry.answer
     if isinstance(prepared, ServedResponse):
         return prepared
     reason = prepared if isinstance(prepared, str) else "truncated-exchange-body"
     line = session.diverge("http", {**probe, _FAIL_CLOSED_FLAGS[reason]: True})
-    return _diverged_response(reason, line)
+    return diverged_response(reason, line)
 
 
 def pg_probe(text: Any, values: Any = UNSET) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
+from reproit_otel.wire.fresh import url_shape
 from reproit_otel.wire.matching import operation_key, request_matches
 from reproit_otel.wire.replay_usage import ReplayUsage
 from reproit_otel.wire.statements import ambient_key, recorded_parameter
@@ -32,15 +33,33 @@ class ConnectionScope:
 
     The session sets ``_ambient`` (recorded connection-scope exchanges, then the carried
     ``setup`` ones), ``_setup``, ``_entries``, ``_open`` (unconsumed data exchanges by
-    protocol and key), ``_lock`` and ``usage``.
+    protocol and key), ``_shaped`` (those waiting under their key's shape), ``_lock`` and
+    ``usage``. It also finds a call's candidate (:meth:`_slots`, :meth:`_waiting`).
     """
 
     _ambient: list[Any]
     _setup: list[Any]
     _entries: list[Any]
     _open: dict[tuple[str, str], deque[Any]]
+    _shaped: dict[tuple[str, str], deque[Any]]
     _lock: threading.Lock
     usage: ReplayUsage
+
+    def _slots(
+        self, protocol: str, probe: dict[str, Any]
+    ) -> tuple[tuple[str, str], tuple[str, str] | None]:
+        """Where a call's candidate waits: its exact key, and its key's shape when it has one."""
+        key = operation_key(protocol, probe)
+        shape = url_shape(key) if protocol == "http" and self._shaped else None
+        return (protocol, key), (None if shape is None else (protocol, shape))
+
+    def _waiting(self, slot: tuple[str, str], shaped: tuple[str, str] | None) -> deque[Any] | None:
+        """The queue holding a call's candidate: its key's, else its shape's (call locked;
+        allocates nothing)."""
+        waiting = self._open.get(slot)
+        if not waiting and shaped is not None:
+            waiting = self._shaped.get(shaped)
+        return waiting
 
     def ambient(self, probe: Mapping[str, Any]) -> Any:
         """The recorded exchange answering a connection-scope ``pg`` statement, or ``None``.
@@ -107,10 +126,12 @@ class ConnectionScope:
 
     def peek_entry(self, protocol: str, probe: dict[str, Any]) -> Any:
         """Like :meth:`peek`, returning the entry (with its prepared answer)."""
-        slot = (protocol, operation_key(protocol, probe))
+        slot, shaped = self._slots(protocol, probe)
         with self._lock:
-            waiting = self._open.get(slot)
+            waiting = self._waiting(slot, shaped)
             entry = waiting[0] if waiting else None
-        if entry is not None and request_matches(protocol, entry.request, probe):
-            return entry
-        return None
+        if entry is None:
+            return None
+        # The fresh-value pairs this comparison makes are not kept: nothing is consumed.
+        fresh = self.usage.fresh_match(entry.index)
+        return entry if request_matches(protocol, entry.request, probe, fresh) else None

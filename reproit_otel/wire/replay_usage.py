@@ -12,7 +12,8 @@ One :class:`ReplayUsage` belongs to each :class:`~reproit_otel.wire.replay.Repla
   strict, as if the request had begun;
 * how many calls the connection-scope rule answered (``ambient``);
 * the state of the fresh-value rules (:mod:`reproit_otel.wire.fresh`): UUIDs of the input and
-  of each recorded response, the recorded→live UUID pairs, and both runs' request starts;
+  of each recorded response (less those the application had sent first), the recorded→live
+  UUID pairs, and both runs' request starts;
 * :meth:`report`: the counts ``reproit-otel check`` reads (``dataExchanges``, ``consumed``,
   ``unused``, ``ambientExchanges``, ``ambient``, ``beforeRequest``, ``beforeRequestCalls``).
 """
@@ -99,14 +100,25 @@ class ReplayUsage:
     # -- fresh values
 
     def _known_sets(self, seen: set[str]) -> list[frozenset[str]]:
-        """Per entry: the UUIDs of the input and of every response recorded before it."""
+        """Per entry: the UUIDs of the input and of every response recorded before it.
+
+        A UUID the application had sent in a request before a response carried it is its own
+        value echoed back (a created row returned, a resource's location), not one it was
+        given: it stays out.
+        """
         known = []
+        sent: set[str] = set()
         for entry in self._entries:
             known.append(frozenset(seen))
             exchange = entry.exchange
             if isinstance(exchange, Mapping):
-                seen |= uuids_in(exchange.get("response"))
+                sent |= uuids_in(exchange.get("request"))
+                seen |= uuids_in(exchange.get("response")) - sent
         return known
+
+    def known_uuids(self, index: int) -> frozenset[str]:
+        """The UUIDs of the input and of the responses recorded before entry ``index``."""
+        return self._known[index] if index < len(self._known) else frozenset()
 
     def fresh_match(self, index: int) -> FreshMatch:
         """The fresh-value comparison for a live call against recorded entry ``index``."""
@@ -123,7 +135,7 @@ class ReplayUsage:
         shift = 0.0 if recorded_start is None else self.live_start_ms - recorded_start
         tolerance = into_recorded + max(0.0, now_ms - self.live_start_ms) + CLOCK_SLACK_MS
         return FreshMatch(
-            self._known[index] if index < len(self._known) else frozenset(),
+            self.known_uuids(index),
             self.bindings,
             self.reverse,
             shift,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import socket
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -421,3 +422,47 @@ def test_calls_before_the_request_never_consume_it(
             {"protocol": "http", "method": "GET", "url": f"{upstream.base}/health"},
         ],
     }
+
+
+def ordering(base: str, *, same_id_throughout: bool = True) -> list[tuple[int, int]]:
+    """An application that names a new order by a fresh ``uuid4()`` in its URLs and body."""
+    order = str(uuid.uuid4())
+    later = order if same_id_throughout else str(uuid.uuid4())
+    calls = [
+        requests.put(f"{base}/orders/{order}", json={"order": order, "sku": "A"}, timeout=5),
+        requests.get(f"{base}/query?order={later}&page=1", timeout=5),
+        requests.get(f"{base}/orders/{later}", timeout=5),
+    ]
+    # The bodies echo the id, so only their sizes can be the same in both runs.
+    return [(response.status_code, len(response.content)) for response in calls]
+
+
+def test_fresh_uuids_in_urls_replay_faithfully_and_a_real_change_diverges(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    upstream = Upstream()
+    try:
+        live, events = record(lambda: ordering(upstream.base))
+    finally:
+        upstream.stop()
+    assert [status for status, _ in live] == [200, 200, 404]
+    recorded_urls = [effect["exchange"]["request"]["url"] for effect in effects(events)]
+    capfd.readouterr()
+
+    with replaying(capsule_of(events)) as session, no_sockets(monkeypatch):
+        replayed = ordering(upstream.base)
+    assert replayed == live
+    assert (session.consumed, session.total, session.diverged) == (3, 3, False)
+    assert capfd.readouterr().err == ""
+
+    # The query names another new id than the one just created: a real change.
+    with replaying(capsule_of(events)) as session, no_sockets(monkeypatch):
+        changed = ordering(upstream.base, same_id_throughout=False)
+    assert [status for status, _ in changed] == [200, 599, 599]
+    lines = [
+        json.loads(line.removeprefix("REPROIT:DIVERGENCE "))
+        for line in capfd.readouterr().err.splitlines()
+    ]
+    assert [line["expected"]["url"] for line in lines] == recorded_urls[1:]
+    assert [line["consumed"] for line in lines] == [1, 1]
+    assert session.diverged

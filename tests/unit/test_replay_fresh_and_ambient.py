@@ -103,6 +103,21 @@ def test_a_uuid_from_the_input_or_a_response_is_compared_exactly() -> None:
     assert not _match(from_response, use, [_uuid(LIVE_ID)])
 
 
+def test_a_response_echoing_a_uuid_the_run_sent_leaves_it_fresh() -> None:
+    returning = "INSERT INTO orders (id) VALUES (%s) RETURNING id"
+    read = "SELECT total FROM orders WHERE id = %s"
+    effects = [
+        _effect(returning, [_uuid(NEW_ID)], rows=[{"id": _uuid(NEW_ID)}]),
+        _effect(read, [_uuid(NEW_ID)]),
+    ]
+    faithful = _session(*effects)
+    assert _match(faithful, returning, [_uuid(LIVE_ID)])
+    assert _match(faithful, read, [_uuid(LIVE_ID)])
+    changed = _session(*effects)
+    assert _match(changed, returning, [_uuid(LIVE_ID)])
+    assert not _match(changed, read, [_uuid(LIVE_OTHER)])
+
+
 def test_a_live_uuid_that_came_from_the_input_is_no_fresh_value() -> None:
     session = _session(_effect(INSERT, [_uuid(NEW_ID), "x"]), query={"customer": INPUT_ID})
     assert not _match(session, INSERT, [_uuid(INPUT_ID), "x"])
