@@ -30,7 +30,7 @@
   ``--public-url``. Others are refused (DNS rebinding).
 * ``--retain-batches N`` (20) and ``--retain-days D`` (30): batch bodies beyond the newest
   ``N`` of an occurrence, or older than ``D`` days, are pruned (0: no limit); every count is
-  kept (:mod:`reproit_otel.ingest.retention`).
+  kept, and artifacts no kept batch names are deleted (:mod:`reproit_otel.ingest.retention`).
 * ``--header-timeout`` (10 s), ``--body-timeout`` (30 s) and
   ``--max-connections-per-client`` (32) bound slow and greedy clients; a client address that
   fails authentication 10 times in a minute is refused until the minute has passed.

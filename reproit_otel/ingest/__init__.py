@@ -11,7 +11,8 @@ It receives what production sends and keeps it where a developer can pull it fro
 * :mod:`~reproit_otel.ingest.guard` and :mod:`~reproit_otel.ingest.connections`: what is
   refused before a route runs (hosts, cross-site writes, key guessing, slow and greedy
   clients); :mod:`~reproit_otel.ingest.numbers`: numbers clients send;
-* :mod:`~reproit_otel.ingest.retention`: old batch bodies pruned, counts kept;
+* :mod:`~reproit_otel.ingest.retention`: old batch bodies pruned, and the artifacts only they
+  named, counts kept;
 * :mod:`~reproit_otel.ingest.server`: the uvicorn server ``reproit-otel serve`` runs;
 * :mod:`~reproit_otel.ingest.web`: the web page at ``/`` (occurrences, exchanges, the replay
   command), with :mod:`~reproit_otel.ingest.webauth` (read keys, session cookie),

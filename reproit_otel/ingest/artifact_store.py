@@ -4,7 +4,8 @@ An artifact is stored once, under its id (``sha256:`` and the hex SHA-256 of its
 its media type: a second upload of the same bytes finds it there and stores nothing. Artifacts
 are not per project: the same bytes have the same id wherever they come from, and a batch
 names the one it needs. Only capsule artifacts are taken today, so the bytes are UTF-8 JSON and
-kept as text (one column type for SQLite and PostgreSQL).
+kept as text (one column type for SQLite and PostgreSQL). Retention deletes the artifacts no
+kept batch names (``retention.py``).
 
 :class:`ArtifactStore` is mixed into :class:`~reproit_otel.ingest.store.Store`; it uses the
 store's transactions and SQL dialect.
@@ -53,10 +54,18 @@ class ArtifactStore:
     ) -> bool:
         """Store ``body`` (UTF-8 text) under ``artifact_id``; False when it was already stored.
 
-        The caller has checked that the id is the body's SHA-256.
+        The caller has checked that the id is the body's SHA-256. Storing it again only
+        records when it was received (retention's grace counts from then).
         """
         now = int(time.time() * 1000) if received_ms is None else received_ms
         with self._transaction() as cursor:
+            # Sent again: its batch follows, so retention counts its grace from now.
+            cursor.execute(
+                self._sql("UPDATE reproit_artifacts SET received_ms = ? WHERE id = ?"),
+                (now, artifact_id),
+            )
+            if cursor.rowcount:
+                return False
             cursor.execute(
                 self._sql(
                     "INSERT INTO reproit_artifacts (id, media_type, bytes, body, received_ms) "

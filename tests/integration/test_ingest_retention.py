@@ -10,6 +10,7 @@ one body per occurrence in its SQLite file.
 from __future__ import annotations
 
 import sqlite3
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 from reproit_otel.ingest.facts import batch_facts
 from reproit_otel.ingest.retention import RetentionRules
 from reproit_otel.ingest.store import Store, open_store
+from reproit_otel.wire.artifacts import capsule_artifact, naming_artifact
 from reproit_otel.wire.canonical import canonical_json
 from tests.integration.capture_helpers import built_batch
 from tests.integration.served_ingest import ServedIngest
@@ -164,3 +166,120 @@ def test_a_fully_pruned_occurrence_answers_410(tmp_path: Path) -> None:
             }
         },
     )
+
+
+# --- artifacts follow the batches that name them ------------------------------------------------
+
+HOUR_MS = 3_600_000
+
+
+def _artifact(operation: str) -> tuple[bytes, dict[str, Any]]:
+    """A capsule artifact (bytes, descriptor), distinct for each operation."""
+    made = capsule_artifact(built_batch(operation))
+    assert made is not None
+    return made
+
+
+def _naming(operation: str, number: int, descriptor: dict[str, Any]) -> dict[str, Any]:
+    return naming_artifact(built_batch(operation, batch_number=number), descriptor, {})
+
+
+def _artifact_ids(store: Store) -> set[str]:
+    with store._transaction() as cursor:
+        cursor.execute(store._sql("SELECT id FROM reproit_artifacts"))
+        return {str(row[0]) for row in cursor.fetchall()}
+
+
+def test_artifacts_no_kept_batch_names_are_pruned_and_named_ones_never(store: Store) -> None:
+    store.retention = RetentionRules(retain_batches=1, retain_days=0)
+    old = NOW_MS - 2 * HOUR_MS
+    (a_data, a), (b_data, b), (c_data, c), (d_data, d), (e_data, e) = (
+        _artifact(f"GET /{name}") for name in "abcde"
+    )
+    for data, descriptor, received in [
+        (a_data, a, old),
+        (b_data, b, NOW_MS - 40 * DAY_MS),  # old, but named by a kept batch
+        (c_data, c, old),  # named by nothing
+        (d_data, d, old),
+        (e_data, e, NOW_MS - 60_000),  # named by nothing yet: its batch may be on its way
+    ]:
+        assert store.store_artifact(
+            descriptor["id"], descriptor["mediaType"], data, received_ms=received
+        )
+    orders = _record_batch(store, _naming("POST /orders", 1, a), old)
+    _record_batch(store, _naming("POST /orders", 2, b), old + 1)  # prunes batch 1's body
+    other = _record_batch(store, _naming("POST /other", 3, d), old + 2)
+
+    assert store.prune_artifacts(now_ms=NOW_MS) == 2
+    assert _artifact_ids(store) == {b["id"], d["id"], e["id"]}
+    assert store.prune_artifacts(now_ms=NOW_MS) == 0
+    for occurrence, (count, batches) in [(orders, (2, 2)), (other, (1, 1))]:
+        found = store.get_occurrence(occurrence)
+        assert found is not None and (found.count, found.batch_count) == (count, batches)
+    latest = store.latest_batch(orders)
+    assert latest is not None and store.whole_capsule(latest) == b_data
+
+    # Sent again, an old artifact's grace starts over; a store keeping every batch keeps all.
+    assert store.store_artifact(c["id"], c["mediaType"], c_data, received_ms=old) is True
+    assert store.store_artifact(c["id"], c["mediaType"], c_data, received_ms=NOW_MS) is False
+    assert store.prune_artifacts(now_ms=NOW_MS) == 0
+    store.retention = RetentionRules(retain_batches=0, retain_days=0)
+    assert store.prune_artifacts(now_ms=NOW_MS + 2 * HOUR_MS) == 0
+    assert _artifact_ids(store) == {b["id"], c["id"], d["id"], e["id"]}
+
+
+def test_serve_deletes_the_artifacts_of_pruned_batches(tmp_path: Path) -> None:
+    database = tmp_path / "ingest.db"
+    headers = {"authorization": "Bearer k"}
+    (a_data, a), (b_data, b), (c_data, c) = (_artifact(f"GET /{name}") for name in "abc")
+
+    def put(data: bytes, descriptor: dict[str, Any]) -> None:
+        sent = httpx.put(
+            f"{served.base_url}/v1/artifacts/{descriptor['id']}",
+            content=data,
+            headers={**headers, "content-type": descriptor["mediaType"]},
+        )
+        assert sent.status_code in (200, 201), sent.text
+
+    def post(batch: dict[str, Any]) -> str:
+        sent = httpx.post(
+            f"{served.base_url}/v1/capture-batches",
+            content=canonical_json(batch).encode(),
+            headers={**headers, "content-type": "application/json"},
+        )
+        assert sent.status_code == 202, sent.text
+        return str(sent.json()["occurrenceId"])
+
+    flags = ("--api-key", "k", "--retain-batches", "1")
+    served = ServedIngest(f"sqlite:///{database}", *flags)
+    try:
+        put(a_data, a)
+        occurrence = post(_naming("POST /orders", 1, a))
+        put(b_data, b)
+        post(_naming("POST /orders", 2, b))  # batch 1's body goes: nothing names `a` now
+        put(c_data, c)  # its batch never came
+    finally:
+        assert served.stop() == 0
+    with sqlite3.connect(database) as connection:  # two hours pass
+        connection.execute(
+            f"UPDATE reproit_artifacts SET received_ms = received_ms - {2 * HOUR_MS}"
+        )
+
+    served = ServedIngest(f"sqlite:///{database}", *flags)
+    try:
+        line = "reproit-otel serve: deleted 2 artifact(s) no kept batch names"
+        deadline = time.monotonic() + 20
+        while line not in served.lines and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert line in served.lines, served.lines
+        shown = httpx.get(f"{served.base_url}/v1/occurrences/{occurrence}", headers=headers)
+        capsule = httpx.get(
+            f"{served.base_url}/v1/occurrences/{occurrence}/capsule", headers=headers
+        )
+    finally:
+        assert served.stop() == 0
+    assert (shown.json()["count"], shown.json()["batches"]) == (2, 2)
+    assert (capsule.status_code, capsule.content) == (200, b_data)
+    with sqlite3.connect(database) as connection:
+        kept = {row[0] for row in connection.execute("SELECT id FROM reproit_artifacts")}
+    assert kept == {b["id"]}
