@@ -35,7 +35,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
@@ -43,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from reproit_otel.app_output import OutputPump, output_tail
 from reproit_otel.boot_watch import boot_failure, listening_ports
 from reproit_otel.errors import CapsuleError
 from reproit_otel.exception_verdict import (
@@ -81,9 +81,6 @@ REQUEST_TIMEOUT_S = 15.0
 STDERR_GRACE_S = 0.2
 OTHER_PORT_GRACE_S = 2.0
 """How long an application may listen only on other ports before check stops waiting."""
-STDERR_TAIL_LINES = 80
-"""Lines of the application's standard error a check keeps (the last ones)."""
-STDERR_LINE_CHARS = 1000
 
 
 class Verdict(str, enum.Enum):
@@ -220,16 +217,6 @@ def classify_test_run(
     return Verdict.INCONCLUSIVE, f"unknown test status {marker['status']!r}", observed
 
 
-def stderr_tail(lines: list[str]) -> list[str]:
-    """The application's own stderr lines (no ``REPROIT:`` markers), the last
-    :data:`STDERR_TAIL_LINES`, each cut to :data:`STDERR_LINE_CHARS` characters."""
-    own = [line for line in lines if not line.startswith("REPROIT:")]
-    return [
-        line if len(line) <= STDERR_LINE_CHARS else line[:STDERR_LINE_CHARS] + "..."
-        for line in own[-STDERR_TAIL_LINES:]
-    ]
-
-
 def _divergences(lines: list[str]) -> list[dict[str, Any]]:
     found = []
     for line in lines:
@@ -237,27 +224,6 @@ def _divergences(lines: list[str]) -> list[dict[str, Any]]:
         if payload is not None:
             found.append(payload)
     return found
-
-
-class _StderrPump:
-    """Read a child's stderr line by line, keep every line, echo the non-marker ones."""
-
-    def __init__(self, stream: Any, echo: TextIO | None) -> None:
-        self.lines: list[str] = []
-        self._stream = stream
-        self._echo = echo
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        for raw in iter(self._stream.readline, b""):
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            self.lines.append(line)
-            if self._echo is not None and not line.startswith("REPROIT:"):
-                print(line, file=self._echo, flush=True)
-
-    def join(self, timeout: float) -> None:
-        self._thread.join(timeout)
 
 
 def _spawn(command: str, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
@@ -301,7 +267,7 @@ def _run_test_check(
     env = {**os.environ, "REPROIT_REPLAY": str(capsule_path.resolve())}
     env.pop("REPROIT_CI_CAPTURE", None)
     process = _spawn(command, env)
-    pump = _StderrPump(process.stderr, echo)
+    pump = OutputPump(process.stderr, echo)
     timed_out = False
     try:
         process.wait(timeout)
@@ -324,7 +290,7 @@ def _run_test_check(
         timed_out=timed_out,
         envelope=capsule.get("envelope"),
         reason=reason,
-        application_stderr=stderr_tail(pump.lines),
+        application_stderr=output_tail(pump.lines),
     )
 
 
@@ -541,7 +507,7 @@ def _run_hermetic_check(
     port = _free_port()
     env = {**os.environ, "REPROIT_REPLAY": str(capsule_path.resolve()), "PORT": str(port)}
     process = _spawn(command, env)
-    pump = _StderrPump(process.stderr, echo)
+    pump = OutputPump(process.stderr, echo)
     observed: dict[str, Any] = {}
     status: int | None = None
     reason = ""
@@ -610,7 +576,7 @@ def _run_hermetic_check(
         recorded_exception=recorded,
         replayed_exception=replayed,
         different_failure=(judged is not None and not judged[0]) or left_early,
-        application_stderr=stderr_tail(pump.lines),
+        application_stderr=output_tail(pump.lines),
         usage=usage,
     )
 

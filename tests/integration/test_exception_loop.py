@@ -11,7 +11,9 @@ value. The upstream is then stopped and the real CLI replays the occurrence:
 * the capsule's ``return`` carries the exception (type, scrubbed message, application frames,
   the chained cause), and the stored batch is one the reference validator accepts;
 * ``check`` prints ``REPRODUCED  ValueError: ...  (coupon_logic.py:N in apply_coupon), as
-  recorded`` and the replayed application's own standard error (Flask's traceback);
+  recorded`` and the replayed application's own standard error: the framework's traceback,
+  exactly once, whether OpenTelemetry's log handler, a local handler too, or no logging
+  instrumentation sits on the root logger;
 * a variant failing with another exception is a different failure (exit 3, both shown);
 * the fixed variant is *fixed*;
 * ``reproit-otel show`` prints the exception;
@@ -283,12 +285,11 @@ def test_check_reproduces_the_recorded_exception(loop: Loop) -> None:
         f"(coupon_logic.py:{line} in apply_coupon), as recorded"
     )
     assert headline in done.stdout.splitlines(), done.stdout
-    if loop.framework == "flask":
-        # The replayed application's own traceback, though only OpenTelemetry's handler sat
-        # on the root logger: shown after the verdict.
-        shown = done.stdout.split("application stderr (last", 1)[1]
-        assert "Traceback (most recent call last):" in shown, done.stdout
-        assert "ZeroDivisionError: float division by zero" in shown, done.stdout
+    # The replayed application's own traceback, though only OpenTelemetry's handler sat on
+    # the root logger: shown after the verdict.
+    shown = done.stdout.split("application stderr (last", 1)[1]
+    assert "Traceback (most recent call last):" in shown, done.stdout
+    assert "ZeroDivisionError: float division by zero" in shown, done.stdout
 
 
 LOGGING_SETUPS = {
@@ -301,19 +302,30 @@ LOGGING_SETUPS = {
 }
 
 
+# The line each framework heads its logged traceback with: Flask's app logger, uvicorn's
+# error logger (its own stream handler), Django's ``django.request`` logger (whose console
+# handler is silent with DEBUG off, so the traceback reaches stderr through reproit-otel's
+# fallback or the root logger's handler).
+TRACEBACK_HEADS = {
+    "flask": "Exception on /coupon [GET]",
+    "fastapi": "Exception in ASGI application",
+    "django": "Internal Server Error: /coupon",
+}
+
+
 @pytest.mark.parametrize("setup", sorted(LOGGING_SETUPS))
 def test_the_replayed_traceback_shows_once_whatever_the_logging(loop: Loop, setup: str) -> None:
-    if loop.framework != "flask":
-        pytest.skip("Flask logs the traceback through the root logger; the others log their own")
+    head = TRACEBACK_HEADS[loop.framework]
     done = loop.check(**LOGGING_SETUPS[setup])
     assert done.returncode == 1, done.stdout + done.stderr
     shown = done.stdout.split("application stderr (last", 1)[1].splitlines()
-    # Flask's "Exception on /coupon [GET]" with the chained traceback, printed exactly once.
-    assert sum("Exception on /coupon [GET]" in line for line in shown) == 1, shown
-    assert sum(line.strip() == "Traceback (most recent call last):" for line in shown) == 2
+    # The framework's traceback of the failure, its chained cause included, exactly once.
+    assert sum(head in line for line in shown) == 1, shown
+    assert sum(line.strip() == "Traceback (most recent call last):" for line in shown) == 2, shown
+    assert sum(line.strip() == "ZeroDivisionError: float division by zero" for line in shown) == 1
     verbose = loop.check("--verbose", **LOGGING_SETUPS[setup])
     assert "application stderr (last" not in verbose.stdout
-    assert sum("Exception on /coupon [GET]" in line for line in verbose.stderr.splitlines()) == 1
+    assert sum(head in line for line in verbose.stderr.splitlines()) == 1, verbose.stderr
 
 
 def test_another_exception_is_a_different_failure(loop: Loop) -> None:

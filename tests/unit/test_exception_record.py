@@ -270,6 +270,38 @@ def test_the_fallback_handler_prints_only_what_no_local_handler_shows(
     assert captured.out == "already shown by the local handler\n"
 
 
+def test_the_fallback_handler_prints_what_filtered_or_remote_handlers_do_not_show(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    class AdminEmailHandler(logging.Handler):  # Django's mail_admins handler, by its name
+        def emit(self, record: logging.LogRecord) -> None:
+            pass
+
+    AdminEmailHandler.__module__ = "django.utils.log"
+    console = logging.StreamHandler(sys.stdout)  # Django's console: only when DEBUG is on
+    console.addFilter(lambda record: False)
+    logger = logging.getLogger("reproit_test.django.request")
+    django = logging.getLogger("reproit_test.django")
+    root_like = logging.getLogger("reproit_test")
+    root_like.propagate = False
+    fallback = LocalFallbackHandler()
+    for handler in (console, AdminEmailHandler(), logging.NullHandler()):
+        django.addHandler(handler)
+    root_like.addHandler(fallback)
+    try:
+        logger.error("Internal Server Error: /coupon")
+        console.filters.clear()
+        logger.error("shown by the console now")
+    finally:
+        for handler in list(django.handlers):
+            django.removeHandler(handler)
+        root_like.removeHandler(fallback)
+        root_like.propagate = True
+    captured = capsys.readouterr()
+    assert captured.err == "Internal Server Error: /coupon\n"
+    assert captured.out == "shown by the console now\n"
+
+
 # -- the span processor: the exception reaches the return event ------------------------------
 
 
