@@ -26,7 +26,12 @@ place, sequence number and timestamps when it completes, and is built (bounded, 
 scrubbed, redacted) only when the operation finishes as a failure, right before the ``return``
 event, so that an exchange that turns out to be unrecordable still makes ``effectsComplete``
 false. A healthy operation's deferred events are built only if someone reads its events (the
-debug dump does; the uploader does not). Scan-time operations build everything at once. The
+debug dump does; the uploader does not). Scan-time operations build everything at once.
+While heavy capture is on, what a capture holds is bounded as it is recorded: once the
+exchanges kept reach the capture budget (``REPROIT_CAPTURE_BUDGET``, by the bytes each
+recorder says it keeps), later ones are settled but not kept, only counted
+(``BackendTrace.unheld_effects``): the operation is then sent as the bounded batch, ``partial``
+with those counts, as one past the budget at upload is. The
 operation is *finished* when the middleware sees the response start (or, without middleware,
 when the server span ends) and *handed off* to the sinks once it is finished and its server
 span has ended, whichever comes last. Dependency activity after the finish (a background
@@ -199,9 +204,14 @@ class Operation:
         on_ready: Callable[[Operation], None],
         on_reason: Callable[[Operation, str], None],
         max_spans: int = MAX_SPANS_PER_OPERATION,
+        budget: int = 0,
     ) -> None:
         self.trace = trace
         self.max_spans = max_spans
+        # Bytes of deferred exchanges held, and the most that may be (0: no limit).
+        self.held = 0
+        self._budget = budget
+        trace.capture_budget = budget
         self.otel_trace_id = otel_trace_id
         self.root_span_id = root_span_id
         self.scan = scan
@@ -443,9 +453,19 @@ class Operation:
                 self._report()
 
     def exchange_deferred(
-        self, binding: ExchangeBinding, effect: str, build: DeferredExchange, library: str
+        self,
+        binding: ExchangeBinding,
+        effect: str,
+        build: DeferredExchange,
+        library: str,
+        held: int = 0,
     ) -> None:
-        """Push the exchange ``build()`` gives, built now (scan) or when wanted (capture)."""
+        """Push the exchange ``build()`` gives, built now (scan) or when wanted (capture).
+
+        ``held`` is about the bytes ``build`` keeps. Past the capture budget the exchange is
+        settled (its span is covered) but not kept: it is counted by effect kind in the
+        trace's ``unheld_effects``, and the batch is ``partial`` with that count.
+        """
         if self.scan:  # built and redacted now, before the lock
             built = _build(build, library, self._secrets(), self._build_failures)
             if built is not None:
@@ -463,6 +483,14 @@ class Operation:
             with self._lock:
                 if not self._arrived_locked(binding):
                     return
+                budget = self._budget
+                if budget:
+                    unheld = self.trace.unheld_effects
+                    # The first exchanges are kept, as the batch bound keeps the first ones.
+                    if unheld or self.held + held > budget:
+                        unheld[effect] = unheld.get(effect, 0) + 1
+                        return  # counted as lost in the tally, as an exchange not kept
+                    self.held += held
                 try:
                     # The builder must not hold the operation: the trace would then be part
                     # of a reference cycle, left to the cyclic garbage collector. Secret

@@ -363,12 +363,17 @@ class ReproitSpanProcessor(SpanProcessor):
             self._take_tally(operation)
 
     def exchange_deferred(
-        self, handle: object, effect: str, build: recording.DeferredExchange, library: str
+        self,
+        handle: object,
+        effect: str,
+        build: recording.DeferredExchange,
+        library: str,
+        held: int = 0,
     ) -> None:
         """Called by :meth:`~reproit_otel.recording.ExchangeRecorder.finish_deferred`."""
         binding: ExchangeBinding = handle  # type: ignore[assignment]
         operation = binding.operation
-        operation.exchange_deferred(binding, effect, build, library)
+        operation.exchange_deferred(binding, effect, build, library, held)
         if operation.handed_off or operation.evicted:
             self._take_tally(operation)
 
@@ -542,6 +547,7 @@ class ReproitSpanProcessor(SpanProcessor):
             on_ready=self._hand_off,
             on_reason=self._note_reason,
             max_spans=HEAVY_MAX_SPANS if heavy else MAX_SPANS_PER_OPERATION,
+            budget=self.config.capture_budget if heavy else 0,
         )
         key = (trace_id, span_id)
         evicted: list[Operation] = []

@@ -238,14 +238,17 @@ class ExchangeRecorder:
                 return
             self._owner.exchange_finished(self._handle, effect, resource, key, exchange)
 
-    def finish_deferred(self, effect: str, build: DeferredExchange) -> None:
+    def finish_deferred(self, effect: str, build: DeferredExchange, held: int = 0) -> None:
         """Like :meth:`finish`, with the exchange built by ``build()`` only when wanted.
 
         See "Deferred exchanges" in the module docstring. ``build()`` returns
-        ``(resource, key, exchange)`` or raises :class:`Unrecordable`.
+        ``(resource, key, exchange)`` or raises :class:`Unrecordable`. ``held`` is about how
+        many bytes of the call ``build`` keeps (bodies, statement text, rows): an operation
+        holds exchanges up to its capture budget (``REPROIT_CAPTURE_BUDGET``) and only counts
+        those past it.
         """
         if collecting.active:  # a finalizer, maybe inside one of our locked sections
-            hand_over(lambda: self.finish_deferred(effect, build))
+            hand_over(lambda: self.finish_deferred(effect, build, held))
             return
         try:  # _claim(), inline: this runs for every recorded call
             self._unclaimed.pop()
@@ -260,7 +263,7 @@ class ExchangeRecorder:
             # The span processor defers (exchange_deferred); the CI pipeline builds at once.
             deferred = getattr(self._owner, "exchange_deferred", None)
             if deferred is not None:
-                deferred(self._handle, effect, build, self.library)
+                deferred(self._handle, effect, build, self.library, held)
                 return
             try:
                 resource, key, exchange = build()

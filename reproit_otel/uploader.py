@@ -365,6 +365,10 @@ class Uploader:
             "status": operation_status(returned),
             "events": [dict(event) for event in events],
         }
+        unheld = getattr(trace, "unheld_effects", None)
+        if unheld:  # past the capture budget while recorded: counted, never held
+            operation["unheld"] = dict(unheld)
+            operation["budget"] = getattr(trace, "capture_budget", 0)
         with self._cond:
             if self._closed:
                 return False

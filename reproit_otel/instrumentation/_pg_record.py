@@ -297,10 +297,22 @@ def _statement(text: str, values: Any) -> _Statement:
 def _finish(recorder: recording.ExchangeRecorder, statement: _Statement) -> None:
     """Hand the exchange over; it is built only when it is wanted."""
     text = statement.text
+    held = _held(statement)
     if text[:6] in _SELECT_HEADS or text[:4] in _SHOW_HEADS:
-        recorder.finish_deferred("read", statement.build)
+        recorder.finish_deferred("read", statement.build, held)
     else:
-        recorder.finish_deferred(_effect(text), statement.build)
+        recorder.finish_deferred(_effect(text), statement.build, held)
+
+
+def _held(statement: _Statement) -> int:
+    """About how many bytes the statement's snapshot keeps (the capture budget counts them):
+    its text and the text and bytes values of the rows kept; other values count 8."""
+    held = len(statement.text)
+    rows: Any = statement.raw if statement.raw is not None else statement.rows
+    for row in rows or ():
+        for value in row.values() if isinstance(row, dict) else row:
+            held += len(value) if isinstance(value, (str, bytes)) else 8
+    return held
 
 
 def _settle(recorder: recording.ExchangeRecorder, statement: _Statement | None) -> None:

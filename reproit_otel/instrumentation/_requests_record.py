@@ -422,7 +422,7 @@ class RecordedCall:
         self._done = True
         recorder, self._recorder = self._recorder, None
         if recorder is not None:
-            recorder.finish_deferred("call", self._build)
+            recorder.finish_deferred("call", self._build, self._held())
 
     def responded(self, response: Any) -> None:
         """A response came back: record it as the application reads its body."""
@@ -464,12 +464,18 @@ class RecordedCall:
             try:
                 if error is not None:
                     self._error = describe_error(error)
-                recorder.finish_deferred("call", self._build)
+                recorder.finish_deferred("call", self._build, self._held())
             except BaseException:
                 recorder.fail("the response could not be recorded")
                 raise
         except Exception as exc:  # called from inside the application's reads
             absorb("requests.record_body", exc)
+
+    def _held(self) -> int:
+        """About how many bytes the snapshots keep: the kept body bytes (the capture budget
+        counts them; headers and the URL are small and bounded)."""
+        request = self._request_body
+        return len(self._response_body._kept) + (0 if request is None else len(request._kept))
 
     def _build(self) -> tuple[str, str, dict[str, Any]]:
         """``(resource, key, exchange)`` of the call, from the snapshots alone."""

@@ -43,7 +43,10 @@ Decision D3: nothing is lost silently
       identity ``{"bodyBytes", "bodySha256", "truncated": true}`` carried as a ``structural``
       value (it can no longer be replayed).
 
-    Every replaced value is counted and marks ``http`` partial.
+    Every replaced value is counted and marks ``http`` partial. Effects an operation did not
+    keep because it passed its capture budget while recorded (the queued operation's
+    ``unheld`` counts by effect kind, with its ``budget``) are counted the same way, with a
+    detail naming the budget.
 
     The counts come back in a :class:`CaptureBuild` next to the batch, for the uploader's
     stats (``capture_dropped_effects``). :func:`build_capture_batch` returns the batch alone.
@@ -505,12 +508,20 @@ class _Events:
         self.replaced += 1
 
 
-def _partial_detail(dropped: Mapping[str, int], replaced: int) -> dict[str, str]:
+def _partial_detail(
+    dropped: Mapping[str, int],
+    replaced: int,
+    unheld: Mapping[str, int] | None = None,
+    budget: int = 0,
+) -> dict[str, str]:
     details: dict[str, str] = {}
     for name, count in dropped.items():
         details[name] = (
             f"{count} effect event(s) dropped to fit the 49152-byte capture payload bound"
         )
+    for name, count in (unheld or {}).items():
+        note = f"{count} effect event(s) past the {budget}-byte capture budget not kept"
+        details[name] = f"{details[name]}; {note}" if name in details else note
     if replaced:
         note = f"{replaced} captured value(s) over 65536 bytes sent as identity only"
         details["http"] = f"{details['http']}; {note}" if "http" in details else note
@@ -564,6 +575,11 @@ def build_capture_result(
         if id(event) not in kept_ids:
             capability = _capability_of(event, claimed)
             dropped_by[capability] = dropped_by.get(capability, 0) + 1
+    unheld_by: dict[str, int] = {}
+    for kind, count in (operation.get("unheld") or {}).items():
+        capability = _capability_of({"effect": kind}, claimed)
+        unheld_by[capability] = unheld_by.get(capability, 0) + int(count)
+        dropped_count += int(count)
 
     chain = _Events()
     chain.replaced = replaced_first
@@ -598,7 +614,7 @@ def build_capture_result(
     if failure is not None:
         chain.add({"kind": "observation", "failure": failure}, closing)
 
-    partial = _partial_detail(dropped_by, chain.replaced)
+    partial = _partial_detail(dropped_by, chain.replaced, unheld_by, operation.get("budget", 0))
     batch: dict[str, Any] = {
         "version": CAPTURE_BATCH_VERSION,
         "batchId": batch_id,

@@ -488,6 +488,11 @@ class BackendTrace:
             self._origin_ns = time.monotonic_ns() if mono_ns is None else mono_ns()
         self._marker_pushed = False
         self._returned: TraceEvent | None = None
+        self.unheld_effects: dict[str, int] = {}
+        """Effects not kept, by effect kind, because the operation had passed its capture
+        budget (capture pipeline, heavy operations); the batch counts them as dropped."""
+        self.capture_budget = 0
+        """That budget in bytes (0: none)."""
 
     @classmethod
     def begin(

@@ -20,7 +20,7 @@ class _Recorder:
     def __init__(self) -> None:
         self.effects: list[str] = []
 
-    def finish_deferred(self, effect: str, build: Any) -> None:
+    def finish_deferred(self, effect: str, build: Any, held: int = 0) -> None:
         self.effects.append(effect)
 
 

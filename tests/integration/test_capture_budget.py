@@ -1,0 +1,91 @@
+"""A heavy operation's memory is bounded while it is recorded, not only at upload.
+
+A Flask view served on loopback, recorded by the real span processor and ``requests``
+recorder with a small capture budget (``REPROIT_CAPTURE_BUDGET``), makes twenty calls to a
+real loopback upstream answering 10,000 bytes each, then fails. The operation keeps the
+exchanges that fit the budget (by the body bytes each keeps: 8,193 of a body over the 8 KiB
+bound) and only counts the rest; the real uploader then sends the bounded batch, ``partial``
+with those counts, valid for the reference validator.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import requests
+from flask import Flask, jsonify
+from opentelemetry.instrumentation.flask import FlaskInstrumentor
+
+from reproit_otel.uploader import Uploader
+from reproit_otel.wire.validate import validate_capture_batch
+from tests.integration.loopback_ingest import LoopbackIngest
+from tests.integration.pipeline_support import ServedWSGI, pipeline
+from tests.integration.test_uploader import environment, settings
+from tests.integration.upstream import Upstream
+
+BUDGET = 50_000
+CALLS = 20
+KEPT_PER_CALL = 8193  # a body over the 8 KiB bound keeps one byte more than fits
+HELD = BUDGET // KEPT_PER_CALL  # 6 exchanges fit
+
+
+@pytest.fixture
+def upstream() -> Iterator[Upstream]:
+    server = Upstream()
+    yield server
+    server.stop()
+
+
+def test_past_the_budget_exchanges_are_counted_not_held(upstream: Upstream) -> None:
+    app = Flask("budget")
+
+    @app.get("/heavy")
+    def heavy() -> Any:
+        sizes = [len(requests.get(f"{upstream.base}/big", timeout=5).content) for _ in range(CALLS)]
+        return jsonify({"sizes": sizes}), 500
+
+    environ = {"REPROIT_CAPTURE_BUDGET": str(BUDGET)}
+    with pipeline(environ) as rig:
+        FlaskInstrumentor().instrument_app(app, tracer_provider=rig.provider)
+        server = ServedWSGI(app)
+        try:
+            answer = requests.get(f"{server.base}/heavy", timeout=30)
+            [trace] = rig.sink.wait_for(1)
+        finally:
+            server.stop()
+            FlaskInstrumentor().uninstrument_app(app)
+    assert (answer.status_code, answer.json()) == (500, {"sizes": [10_000] * CALLS})
+    assert trace.unheld_effects == {"call": CALLS - HELD}
+    assert trace.capture_budget == BUDGET
+    effects = [e for e in trace.events if e["kind"] == "effect"]
+    assert [e["key"] for e in effects] == ["GET /big"] * HELD
+    returned = trace.events[-1]
+    assert (returned["kind"], returned["status"], returned["effectsComplete"]) == (
+        "return",
+        500,
+        True,
+    )
+
+    ingest = LoopbackIngest()
+    try:
+        uploader = Uploader(settings(ingest.url, capture_budget=BUDGET), environment)
+        assert uploader.record(trace) is True
+        assert uploader.flush(10)
+        [received] = ingest.wait_for(1)
+        stats = uploader.stats()
+        uploader.close()
+    finally:
+        ingest.stop()
+    batch = json.loads(received.body)
+    validate_capture_batch(batch)
+    [network] = [c for c in batch["capabilities"] if c["capability"] == "network"]
+    # The six kept fit the batch (a body over 8 KiB travels as its identity): only the
+    # exchanges past the budget are missing, and counted.
+    note = f"{CALLS - HELD} effect event(s) past the {BUDGET}-byte capture budget not kept"
+    assert network == {"capability": "network", "completeness": "partial", "detail": note}
+    stats_wanted = {"capture_dropped_effects": CALLS - HELD, "capture_over_budget": 1}
+    assert {name: stats[name] for name in stats_wanted} == stats_wanted
+    assert (stats["sent_batches"], stats["artifacts_sent"]) == (1, 0)
