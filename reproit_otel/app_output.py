@@ -31,6 +31,7 @@ LINE_CHARS: Final = 1000
 """Characters kept of one line."""
 
 _MARKER = "REPROIT:"
+_ECHO_LOCK = threading.Lock()
 _HEAD = "Traceback (most recent call last):"
 _CHAINS = frozenset(
     {
@@ -57,7 +58,10 @@ class OutputPump:
             line = raw.decode("utf-8", "replace").rstrip("\n")
             self.lines.append(line)
             if self._echo is not None and not line.startswith(_MARKER):
-                print(line, file=self._echo, flush=True)
+                # Both pipes echo to one stream: a whole line at a time, never two mixed.
+                with _ECHO_LOCK:
+                    self._echo.write(line + "\n")
+                    self._echo.flush()
 
     def join(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for the pipe to close."""

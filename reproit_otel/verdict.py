@@ -123,6 +123,8 @@ class CheckResult:
     """The replay failed, but with another exception than the recorded one."""
     application_stderr: list[str] = field(default_factory=list)
     """The last lines the application wrote to standard error (markers left out, bounded)."""
+    application_stdout: list[str] = field(default_factory=list)
+    """The last lines the application wrote to standard output (bounded the same way)."""
     usage: dict[str, Any] | None = None
     """The replayed process's ``REPROIT:REPLAY-USAGE`` counts (production), else ``None``."""
 
@@ -143,6 +145,7 @@ class CheckResult:
             "replayedException": self.replayed_exception,
             "differentFailure": self.different_failure,
             "applicationStderr": self.application_stderr,
+            "applicationStdout": self.application_stdout,
             "usage": self.usage,
         }
 
@@ -227,11 +230,15 @@ def _divergences(lines: list[str]) -> list[dict[str, Any]]:
 
 
 def _spawn(command: str, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    environ = dict(env)
+    # A Python application's print() to a pipe is block-buffered, and the check ends it with
+    # a signal that skips the flush: unbuffered, its lines arrive as it writes them.
+    environ.setdefault("PYTHONUNBUFFERED", "1")
     return subprocess.Popen(
         ["sh", "-c", command],
-        env=dict(env),
+        env=environ,
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
@@ -268,6 +275,7 @@ def _run_test_check(
     env.pop("REPROIT_CI_CAPTURE", None)
     process = _spawn(command, env)
     pump = OutputPump(process.stderr, echo)
+    printed = OutputPump(process.stdout, echo)
     timed_out = False
     try:
         process.wait(timeout)
@@ -276,6 +284,7 @@ def _run_test_check(
     finally:
         _stop(process)
     pump.join(5.0)
+    printed.join(5.0)
     verdict, reason, observed = classify_test_run(
         operation, recorded_failure, pump.lines, timed_out
     )
@@ -291,6 +300,7 @@ def _run_test_check(
         envelope=capsule.get("envelope"),
         reason=reason,
         application_stderr=output_tail(pump.lines),
+        application_stdout=output_tail(printed.lines),
     )
 
 
@@ -508,6 +518,7 @@ def _run_hermetic_check(
     env = {**os.environ, "REPROIT_REPLAY": str(capsule_path.resolve()), "PORT": str(port)}
     process = _spawn(command, env)
     pump = OutputPump(process.stderr, echo)
+    printed = OutputPump(process.stdout, echo)
     observed: dict[str, Any] = {}
     status: int | None = None
     reason = ""
@@ -546,6 +557,7 @@ def _run_hermetic_check(
     finally:
         _stop(process)
         pump.join(5.0)
+        printed.join(5.0)
     divergences = _divergences(pump.lines)
     markers = replay_markers(pump.lines)
     observed["replay"] = markers[0] if markers else None
@@ -577,6 +589,7 @@ def _run_hermetic_check(
         replayed_exception=replayed,
         different_failure=(judged is not None and not judged[0]) or left_early,
         application_stderr=output_tail(pump.lines),
+        application_stdout=output_tail(printed.lines),
         usage=usage,
     )
 

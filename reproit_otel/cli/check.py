@@ -7,8 +7,10 @@ pulled from the ingest (``--ingest URL``, default ``$REPROIT_INGEST_URL``, else
 ``.reproit/capsules/<id>.json`` under the current folder, which is printed on standard error
 and kept, so the same capsule can be checked again (or shared) without the ingest.
 
-The application's standard error is shown after the verdict (its last lines), or as it runs
-with ``--verbose``; ``REPROIT:`` marker lines are never echoed.
+The application's standard output and standard error are shown after the verdict (the last
+lines of each, the standard error last), or as it runs with ``--verbose`` (both on check's
+standard error, so its own standard output holds only the summary or the ``--json``
+document); ``REPROIT:`` marker lines are never echoed.
 
 Exit codes: 0 fixed, 1 reproduced, 3 diverged or inconclusive, 2 for an unusable capsule
 (not JSON, wrong format or version, no events, no exchange with ``--exec``) or an occurrence
@@ -65,8 +67,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--verbose",
         action="store_true",
-        help="show the application's standard error as it runs (default: its last lines "
-        "after the verdict)",
+        help="show the application's standard output and error as it runs, on standard error "
+        "(default: their last lines after the verdict)",
     )
     parser.add_argument(
         "--timeout",
@@ -169,12 +171,17 @@ def _summary(result: CheckResult, *, verbose: bool = False) -> str:
     )
     if result.replayed_exception is not None:
         lines.extend(exception_lines(result.replayed_exception, "replayed exception"))
-    if result.application_stderr and not verbose:
-        lines.append(
-            f"application stderr (last {len(result.application_stderr)} lines; "
-            "--verbose shows it as it runs):"
-        )
-        lines.extend(f"  {shown(line)}" for line in result.application_stderr)
+    if not verbose:
+        # Standard output first: the traceback, on standard error, ends the page.
+        for name, kept in (
+            ("stdout", result.application_stdout),
+            ("stderr", result.application_stderr),
+        ):
+            if kept:
+                lines.append(
+                    f"application {name} (last {len(kept)} lines; --verbose shows it as it runs):"
+                )
+                lines.extend(f"  {shown(line)}" for line in kept)
     return "\n".join(lines)
 
 

@@ -13,7 +13,8 @@ value. The upstream is then stopped and the real CLI replays the occurrence:
 * ``check`` prints ``REPRODUCED  ValueError: ...  (coupon_logic.py:N in apply_coupon), as
   recorded`` and the replayed application's own standard error: the framework's traceback,
   exactly once, whether OpenTelemetry's log handler, a local handler too, or no logging
-  instrumentation sits on the root logger;
+  instrumentation sits on the root logger, and before it what the application printed on
+  its standard output (in ``--json`` too, and as it runs with ``--verbose``);
 * a variant failing with another exception is a different failure (exit 3, both shown);
 * the fixed variant is *fixed*;
 * ``reproit-otel show`` prints the exception;
@@ -286,10 +287,22 @@ def test_check_reproduces_the_recorded_exception(loop: Loop) -> None:
     )
     assert headline in done.stdout.splitlines(), done.stdout
     # The replayed application's own traceback, though only OpenTelemetry's handler sat on
-    # the root logger: shown after the verdict.
-    shown = done.stdout.split("application stderr (last", 1)[1]
+    # the root logger, and before it what it printed: shown after the verdict.
+    printed, shown = done.stdout.split("application stderr (last", 1)
     assert "Traceback (most recent call last):" in shown, done.stdout
     assert "ZeroDivisionError: float division by zero" in shown, done.stdout
+    assert printed.split("\napplication stdout (last ", 1)[1].splitlines()[1:] == [
+        "  quoting coupon SAVE10 at rate 1.5"
+    ], done.stdout
+
+
+def test_the_replayed_applications_stdout_is_in_json_and_live_with_verbose(loop: Loop) -> None:
+    code, result = loop.check_json()
+    assert (code, result["applicationStdout"]) == (1, ["quoting coupon SAVE10 at rate 1.5"])
+    verbose = loop.check("--verbose")
+    assert "application stdout (last" not in verbose.stdout
+    echoed = verbose.stderr.splitlines()
+    assert echoed.count("quoting coupon SAVE10 at rate 1.5") == 1, verbose.stderr
 
 
 LOGGING_SETUPS = {

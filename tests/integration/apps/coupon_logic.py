@@ -1,6 +1,7 @@
 """The coupon logic the three coupon apps share, with a planted bug in a helper function.
 
-``quote(upstream, code)`` asks the pricing upstream for the rate, then applies the coupon.
+``quote(upstream, code)`` asks the pricing upstream for the rate, then applies the coupon; it
+prints what it quotes (``print``, unflushed: many applications log to standard output).
 The planted bug: :func:`apply_coupon` divides by a zero discount and re-raises the failure
 as a ``ValueError`` whose message holds a secret (:data:`PLANTED_SECRET`, configured as a
 secret value) and a URL with a secret query parameter. Variants, by environment:
@@ -25,6 +26,7 @@ def quote(upstream: str, code: str) -> dict[str, Any]:
     currency = os.environ.get("COUPON_CURRENCY")
     query = f"?currency={currency}" if currency else ""
     rate = requests.get(f"{upstream}/json{query}", timeout=5).json()["rate"]
+    print(f"quoting coupon {code} at rate {rate}")
     if os.environ.get("COUPON_OTHER") == "1":
         return lookup_discount(code)
     if os.environ.get("COUPON_FIXED") == "1":
