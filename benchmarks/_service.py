@@ -3,16 +3,22 @@
 ``GET /order?id=N`` makes one ``requests`` call to the upstream (``BENCH_UPSTREAM``, through a
 pooled keep-alive session) and one psycopg2 query (``BENCH_PG_DSN``, one connection per
 server thread), and answers JSON: 200, or 500 with ``fail=1`` (a failing request, which
-reproit captures and uploads). ``GET /health`` answers 200 without touching either;
-``GET /bench/stats`` reports the worker's pid, RSS and reproit counters.
+reproit captures and uploads). With ``payload=large`` the upstream answers 64 KiB of JSON and
+the query returns 1,000 rows (fetched with ``fetchall``) instead of 29 bytes and one row.
+``GET /health`` answers 200 without touching either; ``GET /bench/stats`` reports the
+worker's pid, RSS and reproit counters.
 
-``BENCH_SHAPE`` chooses what is installed, each shape adding to the previous one:
+``BENCH_SHAPE`` chooses what is installed, each of the first three adding to the previous one:
 
 ``bare``         Flask alone;
 ``otel``         OpenTelemetry SDK: Flask, requests and psycopg2 instrumentations, a
                  ``BatchSpanProcessor`` with an exporter that drops every span;
 ``reproit``      plus ``reproit_otel.install()``, configured by the ``REPROIT_*`` environment
                  (no ``REPROIT_ENDPOINT``: capture off; with it: capture on).
+
+``sentry``       instead of OpenTelemetry: sentry-sdk with tracing on (every transaction
+                 sampled, its default and auto-enabled integrations: Flask, and outbound HTTP
+                 through ``http.client``), and a transport that drops every envelope.
 """
 
 from __future__ import annotations
@@ -54,10 +60,18 @@ def health() -> Any:
 @app.get("/order")
 def order() -> Any:
     item = int(request.args.get("id", "1"))
-    rate = _http.get(f"{UPSTREAM}/rate", timeout=5).json()
+    large = request.args.get("payload") == "large"
+    rate = _http.get(f"{UPSTREAM}/rate" + ("?size=large" if large else ""), timeout=5).json()
     with _connection().cursor() as cursor:
-        cursor.execute("SELECT id, name, price FROM bench_items WHERE id = %s", (item,))
-        row = cursor.fetchone()
+        if large:
+            cursor.execute(
+                "SELECT g, 'item ' || g, g * 1.5::float8 FROM generate_series(%s, %s + 999) AS g",
+                (item, item),
+            )
+            row = cursor.fetchall()[0]
+        else:
+            cursor.execute("SELECT id, name, price FROM bench_items WHERE id = %s", (item,))
+            row = cursor.fetchone()
     body = {"id": row[0], "name": row[1], "price": row[2] * rate["rate"]}
     if request.args.get("fail") == "1":
         return jsonify({"error": "pricing failed", **body}), 500
@@ -109,7 +123,26 @@ def _install_opentelemetry() -> Any:
     return provider
 
 
-if SHAPE in ("otel", "reproit"):
+def _install_sentry() -> None:
+    import sentry_sdk
+    from sentry_sdk.envelope import Envelope
+    from sentry_sdk.transport import Transport
+
+    class DropTransport(Transport):
+        """Receives every envelope like a real transport and sends it nowhere."""
+
+        def capture_envelope(self, envelope: Envelope) -> None:
+            pass
+
+    # A DSN is needed for the client to record; the transport never reaches it.
+    sentry_sdk.init(
+        dsn="http://bench@127.0.0.1:9/1", traces_sample_rate=1.0, transport=DropTransport
+    )
+
+
+if SHAPE == "sentry":
+    _install_sentry()
+elif SHAPE in ("otel", "reproit"):
     _provider = _install_opentelemetry()
     if SHAPE == "reproit":
         import reproit_otel.bootstrap
@@ -118,4 +151,4 @@ if SHAPE in ("otel", "reproit"):
         if _processor is None:
             raise SystemExit("reproit-otel did not install; check the REPROIT_* environment")
 elif SHAPE != "bare":
-    raise SystemExit(f"unknown BENCH_SHAPE {SHAPE!r}: expected bare, otel or reproit")
+    raise SystemExit(f"unknown BENCH_SHAPE {SHAPE!r}: expected bare, otel, reproit or sentry")

@@ -1,7 +1,8 @@
 """The upstream the benchmark service calls: ``python -m benchmarks._upstream``.
 
 HTTP/1.1 with keep-alive on a loopback port the system picks; prints ``listening <port>``.
-``GET /rate`` answers 200 with a small JSON body; anything else answers 404.
+``GET /rate`` answers 200 with a small JSON body (29 bytes), ``GET /rate?size=large`` with a
+64 KiB one; anything else answers 404.
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 BODY = b'{"rate":1.5,"currency":"EUR"}'
+# 64 KiB of JSON with the same ``rate``: the payload-size shape of the capture benchmarks.
+_PAD = b'{"rate":1.5,"currency":"EUR","pad":"'
+LARGE_BODY = _PAD + b"x" * (65536 - len(_PAD) - 2) + b'"}'
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -17,7 +21,10 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True  # headers and body are separate writes
 
     def do_GET(self) -> None:
-        status, body = (200, BODY) if self.path.startswith("/rate") else (404, b"{}")
+        if self.path.startswith("/rate"):
+            status, body = 200, LARGE_BODY if "size=large" in self.path else BODY
+        else:
+            status, body = 404, b"{}"
         self.send_response(status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(body)))

@@ -12,7 +12,9 @@ the cost of ``reproit-on`` (capture configured, healthy requests) and ``reproit-
 ``otel``; then the same figures for the request thread's CPU time (``time.thread_time_ns``),
 which leaves out the waits on the upstream and PostgreSQL and so moves less with the machine's
 other work. With ``--gc`` the child also reports how often the cyclic garbage collector ran and
-its mean time per request. Prints only; writes nothing.
+its mean time per request, and how many objects per request only the cyclic collector frees
+(reference cycles). Prints only; writes nothing. ``benchmarks/capture_scaling.py`` runs the
+same child with a larger payload and with sentry-sdk in place of OpenTelemetry.
 
 ``--child SHAPE N`` is the child's own entry point.
 """
@@ -34,12 +36,17 @@ from benchmarks._common import PYTHON, ROOT, in_process_environment
 SHAPES = ("otel", "reproit-off", "reproit-on")
 
 
-def in_process_driver(shape: str) -> Callable[[int], None]:
+def in_process_driver(shape: str, payload: str = "small") -> Callable[[int], None]:
     """Set this process up as ``shape`` and give back ``one(index)``: one ``GET /order``
     through the benchmark service as a WSGI call (no server, no socket to the app).
 
-    Call it before anything imports the service (the shape is read from the environment).
+    ``shape`` is one of :data:`SHAPES` or ``bare`` or ``sentry`` (``_service.py``);
+    ``payload`` is ``small`` (29 bytes, one row) or ``large`` (64 KiB, 1,000 rows). Call it
+    before anything imports the service (the shape is read from the environment).
     """
+    if payload not in ("small", "large"):
+        raise SystemExit(f"unknown payload {payload!r}: expected small or large")
+    extra = "&payload=large" if payload == "large" else ""
     if shape == "reproit-on":
         os.environ.update(
             {
@@ -48,7 +55,7 @@ def in_process_driver(shape: str) -> Callable[[int], None]:
                 "REPROIT_APP_ID": "bench",
             }
         )
-    os.environ["BENCH_SHAPE"] = "otel" if shape == "otel" else "reproit"
+    os.environ["BENCH_SHAPE"] = shape if shape in ("bare", "otel", "sentry") else "reproit"
     from werkzeug.test import EnvironBuilder
 
     from benchmarks._service import app
@@ -56,7 +63,7 @@ def in_process_driver(shape: str) -> Callable[[int], None]:
     base = EnvironBuilder(path="/order", headers=[("User-Agent", "bench")]).get_environ()
 
     def one(index: int) -> None:
-        environ = dict(base, QUERY_STRING=f"id={index % 100 + 1}")
+        environ = dict(base, QUERY_STRING=f"id={index % 100 + 1}{extra}")
         environ["wsgi.input"] = io.BytesIO(b"")
         statuses: list[str] = []
 
@@ -75,8 +82,8 @@ def in_process_driver(shape: str) -> Callable[[int], None]:
     return one
 
 
-def _child(shape: str, count: int, gc_stats: bool) -> dict[str, Any]:
-    one = in_process_driver(shape)
+def _child(shape: str, count: int, gc_stats: bool, payload: str = "small") -> dict[str, Any]:
+    one = in_process_driver(shape, payload)
     for index in range(300):
         one(index)
     collections = [0, 0, 0]
@@ -112,9 +119,29 @@ def _child(shape: str, count: int, gc_stats: bool) -> dict[str, Any]:
         "cpu_round_medians_us": cpu_rounds,
     }
     if gc_stats:
+        import gc
+
+        gc.callbacks.remove(watch)
         result["gc_collections"] = collections
         result["gc_us_per_request"] = round(paused[0] / (5 * count) * 1e6, 1)
+        result["cyclic_objects_per_request"] = _cyclic_garbage(one, count)
     return result
+
+
+def _cyclic_garbage(one: Callable[[int], None], count: int) -> float:
+    """Objects the cyclic collector frees per request: with the collector off, everything
+    not freed by reference counting stays until one full collection finds it."""
+    import gc
+
+    gc.collect()
+    gc.disable()
+    try:
+        for index in range(count):
+            one(index)
+        found = gc.collect()
+    finally:
+        gc.enable()
+    return round(found / count, 2)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -123,9 +150,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--requests", type=int, default=1000, help="per round")
     parser.add_argument("--gc", action="store_true", help="report garbage collector activity")
     parser.add_argument("--child", nargs=2, metavar=("SHAPE", "N"), help=argparse.SUPPRESS)
+    parser.add_argument("--payload", default="small", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(_child(args.child[0], int(args.child[1]), args.gc)))
+        print(json.dumps(_child(args.child[0], int(args.child[1]), args.gc, args.payload)))
         return
     results: dict[str, list[float]] = {shape: [] for shape in SHAPES}
     cpu_results: dict[str, list[float]] = {shape: [] for shape in SHAPES}

@@ -131,3 +131,21 @@ def test_capture_calls_smoke() -> None:
     off, on = rows["total"]
     assert on > off > 0
     assert "functions making the most calls" in done.stdout
+
+
+@pytest.mark.postgres
+def test_capture_scaling_smoke(postgres_dsn: str) -> None:
+    # Every stack runs with both payloads, and the collector's counts are reported for each
+    # (no figure is asserted).
+    env = {**os.environ, "REPROIT_TEST_PG_DSN": postgres_dsn}
+    done = _benchmark("capture_scaling", "--passes", "1", "--requests", "20", env=env)
+    rows = {}
+    for line in done.stdout.splitlines():
+        fields = line.split()
+        if len(fields) == 9 and fields[1] in ("small", "large"):
+            rows[(fields[0], fields[1])] = fields[2:]
+    stacks = ("otel", "reproit-on", "sentry")
+    assert sorted(rows) == sorted((s, p) for s in stacks for p in ("small", "large"))
+    assert rows[("otel", "small")][2] == rows[("otel", "large")][2] == "+0"
+    for stack in ("reproit-on", "sentry"):
+        assert f"{stack} over otel, large payload minus small payload, thread CPU:" in done.stdout
