@@ -88,6 +88,9 @@ __all__ = [
 
 _READ_BLOCK = 65536
 _KEPT = MAX_BODY_BYTES + 1  # bytes of a body kept: one more than fits tells "too big"
+# Bytes of a body a tap holds by reference before it folds them as they come: a 64 KiB
+# answer read whole costs a healthy request no copy and no hash; a long stream stays bounded.
+_HOLD_LIMIT = 128 * 1024
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
 
 
@@ -143,19 +146,27 @@ def effect_key(method: str, url: str) -> str:
 
 
 class BodyTap:
-    """Counts and hashes every byte given to it, keeps the first ``MAX_BODY_BYTES + 1``.
+    """Counts every byte given to it; keeps the first ``MAX_BODY_BYTES + 1`` and hashes the
+    whole body when the body fields are asked for.
+
+    The pieces are held by reference (a ``bytes`` piece cannot change; any other kind is
+    copied) and folded into the kept prefix and the SHA-256 only by :meth:`fields`, which runs
+    when a failing operation is built: a healthy request never copies or hashes its bodies, so
+    its cost does not grow with their size. Past ``_HOLD_LIMIT`` bytes the pieces are folded
+    as they arrive, so a tap never holds more than that. Small bodies are never hashed (the
+    kept bytes are all of them).
 
     With ``boundaries`` it also notes each piece as one stream chunk (section 4.5): the
-    lengths of the first ``MAX_STREAM_CHUNKS`` pieces are kept, later pieces only counted. The
-    hash is started only once a body outgrows what is kept (until then the kept bytes are all
-    of it), so small bodies are never hashed.
+    lengths of the first ``MAX_STREAM_CHUNKS`` pieces are kept, later pieces only counted.
     """
 
-    __slots__ = ("_chunks", "_kept", "_pieces", "_sha", "size")
+    __slots__ = ("_chunks", "_folded", "_held", "_kept", "_pieces", "_sha", "size")
 
     def __init__(self, *, boundaries: bool = False) -> None:
         self._sha: Any = None
         self._kept = bytearray()
+        self._held: list[bytes] = []
+        self._folded = 0  # bytes already folded into the kept prefix and the hash
         self.size = 0
         self._chunks: list[int] | None = [] if boundaries else None
         self._pieces = 0
@@ -169,21 +180,36 @@ class BodyTap:
         count = len(piece)
         if not count:
             return
-        seen = self.size
-        total = seen + count
-        if total > _KEPT:
-            sha = self._sha
-            if sha is None:  # the kept bytes are everything so far
-                sha = self._sha = hashlib.sha256(self._kept)
-            sha.update(piece)
-        if seen < _KEPT:  # the kept bytes are the first min(size, _KEPT) bytes
-            self._kept += piece[: _KEPT - seen]
+        total = self.size + count
         self.size = total
+        self._held.append(piece)
+        if total > _HOLD_LIMIT:
+            self._fold()
         chunks = self._chunks
         if chunks is not None:
             self._pieces += 1
             if self._pieces <= MAX_STREAM_CHUNKS:
                 chunks.append(count)
+
+    def _fold(self) -> None:
+        """Fold the held pieces, in order, into the kept prefix and the hash."""
+        held = self._held
+        if not held:
+            return
+        self._held = []
+        kept = self._kept
+        sha = self._sha
+        seen = self._folded
+        for piece in held:
+            total = seen + len(piece)
+            if total > _KEPT:
+                if sha is None:  # the kept bytes are everything so far
+                    sha = self._sha = hashlib.sha256(kept)
+                sha.update(piece)
+            if seen < _KEPT:  # the kept bytes are the first min(size, _KEPT) bytes
+                kept += piece[: _KEPT - seen]
+            seen = total
+        self._folded = seen
 
     def fields(self, content_type: str | None, *, exact: bool = False) -> dict[str, Any]:
         """The body fields of section 4.2 for everything added so far.
@@ -191,6 +217,7 @@ class BodyTap:
         ``exact`` (response bodies) records them so that a replay serves these very bytes
         (:func:`~reproit_otel.wire.exact_body.exact_body`).
         """
+        self._fold()
         if self.size > MAX_BODY_BYTES:
             sha = self._sha if self._sha is not None else hashlib.sha256(self._kept)
             return {"bodyBytes": self.size, "bodySha256": sha.hexdigest(), "truncated": True}

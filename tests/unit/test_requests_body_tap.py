@@ -16,6 +16,7 @@ from requests.structures import CaseInsensitiveDict
 
 from reproit_otel.instrumentation._requests_record import (
     _FROM_STORE,
+    _HOLD_LIMIT,
     BodyTap,
     _content_type,
     _header_items,
@@ -61,6 +62,34 @@ def test_a_body_seen_in_pieces_has_the_fields_of_the_whole(
     assert tap.fields(content_type) == expected
     assert tap.size == len(whole)
     assert tap.stream(False) is None
+
+
+def test_a_body_past_the_hold_limit_and_read_midway_has_the_fields_of_the_whole() -> None:
+    # Past the hold limit pieces are folded as they come, and fields() may be asked for before
+    # the body ends (it folds what is held, and later pieces go on from there).
+    pieces = [bytes([n % 251]) * (_HOLD_LIMIT // 3 + n) for n in range(7)]
+    tap = BodyTap()
+    for number, piece in enumerate(pieces):
+        tap.add(piece)
+        if number == 1:
+            midway = b"".join(pieces[:2])
+            assert tap.fields(None)["bodySha256"] == hashlib.sha256(midway).hexdigest()
+    whole = b"".join(pieces)
+    assert tap.fields(None) == {
+        "bodyBytes": len(whole),
+        "bodySha256": hashlib.sha256(whole).hexdigest(),
+        "truncated": True,
+    }
+
+
+def test_a_piece_the_reader_changes_later_is_recorded_as_it_was() -> None:
+    # Only bytes pieces are held by reference; a bytearray or memoryview is copied when added.
+    buffer = bytearray(b'{"a": 1}')
+    tap = BodyTap()
+    tap.add(buffer)
+    tap.add(memoryview(buffer)[:0])
+    buffer[:] = b'{"b": 2}'
+    assert tap.fields("application/json") == bounded_body(b'{"a": 1}', "application/json")
 
 
 @given(st.lists(st.integers(min_value=0, max_value=40), max_size=MAX_STREAM_CHUNKS + 20))
