@@ -191,6 +191,12 @@ class BodyTap:
             if self._pieces <= MAX_STREAM_CHUNKS:
                 chunks.append(count)
 
+    def kept_size(self) -> int:
+        """How many bytes the built body keeps: the first ``MAX_BODY_BYTES + 1`` at most (the
+        pieces held until then are not counted: they are dropped with the operation)."""
+        size = self.size
+        return size if size < _KEPT else _KEPT
+
     def _fold(self) -> None:
         """Fold the held pieces, in order, into the kept prefix and the hash."""
         held = self._held
@@ -502,7 +508,7 @@ class RecordedCall:
         """About how many bytes the snapshots keep: the kept body bytes (the capture budget
         counts them; headers and the URL are small and bounded)."""
         request = self._request_body
-        return len(self._response_body._kept) + (0 if request is None else len(request._kept))
+        return self._response_body.kept_size() + (0 if request is None else request.kept_size())
 
     def _build(self) -> tuple[str, str, dict[str, Any]]:
         """``(resource, key, exchange)`` of the call, from the snapshots alone."""

@@ -59,6 +59,7 @@ def test_a_body_seen_in_pieces_has_the_fields_of_the_whole(
         }
     else:
         expected = bounded_body(whole or None, content_type)
+    assert tap.kept_size() == min(len(whole), MAX_BODY_BYTES + 1)  # what the budget counts
     assert tap.fields(content_type) == expected
     assert tap.size == len(whole)
     assert tap.stream(False) is None
