@@ -30,13 +30,11 @@ import enum
 import http.client
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
 import sys
 import time
-import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,15 +42,24 @@ from typing import Any, TextIO
 
 from reproit_otel.app_output import OutputPump, output_tail
 from reproit_otel.boot_watch import boot_failure, listening_ports
+from reproit_otel.check_request import (
+    OBSERVED_BODY_BYTES,
+    REQUEST_TIMEOUT_S,
+    fire_request,
+    observed_body,
+    recorded_content_type,
+    recorded_request,
+)
 from reproit_otel.errors import CapsuleError
 from reproit_otel.exception_verdict import (
     judge_exception,
     recorded_exception,
     replayed_exception,
 )
-from reproit_otel.wire.redaction import PLACEHOLDER_KEY, TEXT_PLACEHOLDER
 
 __all__ = [
+    "OBSERVED_BODY_BYTES",
+    "REQUEST_TIMEOUT_S",
     "CheckResult",
     "Verdict",
     "check_capsule",
@@ -60,9 +67,15 @@ __all__ = [
     "classify_test_run",
     "judge_reached_failure",
     "load_check_target",
+    "observed_body",
     "offline_verdict",
+    "recorded_content_type",
+    "recorded_request",
     "replay_usage",
 ]
+# OBSERVED_BODY_BYTES, REQUEST_TIMEOUT_S, observed_body, recorded_content_type and
+# recorded_request live in reproit_otel.check_request (the request a check fires); they stay
+# importable from here.
 
 DIVERGENCE_MARKER = "REPROIT:DIVERGENCE "
 CI_TEST_MARKER = "REPROIT:CI-TEST "
@@ -70,14 +83,11 @@ REPLAY_MARKER = "REPROIT:REPLAY "
 """Written by the replayed process once its replay is active (``reproit_otel.replay``)."""
 USAGE_MARKER = "REPROIT:REPLAY-USAGE "
 """Written by the replayed process when the recorded request ends (counts of what it used)."""
-OBSERVED_BODY_BYTES = 8192
-"""How much of the replayed response body ``observedResult.body`` keeps."""
 TEST_TRIGGER_PREFIX = "test:"
 
 CI_RUN_TIMEOUT_S = 120.0
 BOOT_TIMEOUT_S = 20.0
 BOOT_POLL_S = 0.2
-REQUEST_TIMEOUT_S = 15.0
 STDERR_GRACE_S = 0.2
 OTHER_PORT_GRACE_S = 2.0
 """How long an application may listen only on other ports before check stops waiting."""
@@ -323,113 +333,6 @@ def _answers_http(port: int) -> bool:
         connection.close()
 
 
-_METHOD = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_PATH_SAFE = "/:@!$&'()*+,;=-._~%"
-
-
-def _check_request_line(method: str, path: str) -> None:
-    """Refuse a recorded method or path that no HTTP request line can carry."""
-    if _METHOD.fullmatch(method) is None:
-        raise CapsuleError(
-            f"the capsule's operation method {method!r} is not an HTTP method (a token of "
-            "letters, digits and !#$%&'*+.^_`|~-); fix the capsule's \"operation\" field"
-        )
-    bad = _CONTROL.search(path)
-    if bad is not None:
-        raise CapsuleError(
-            f"the capsule's operation path holds the control character {bad.group(0)!r} at "
-            f"offset {bad.start()}; an HTTP request cannot carry it, fix the capsule's "
-            '"operation" field'
-        )
-
-
-def _query_text(value: Any) -> str:
-    """A recorded query value as the text to send; a redacted one as ``$reproit``."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, Mapping) and PLACEHOLDER_KEY in value:
-        return TEXT_PLACEHOLDER  # the secret is not in the capsule; send the plain marker
-    return json.dumps(value, ensure_ascii=False)
-
-
-_FORM_TYPE = "application/x-www-form-urlencoded"
-
-
-def recorded_content_type(capsule: Mapping[str, Any]) -> str:
-    """The content type the recorded body is sent with: a URL-encoded form when the request
-    carried one (its recorded ``content-type`` header says so), else JSON."""
-    start: Any = next((e for e in capsule["events"] if e.get("kind") == "start"), {})
-    request_input = start.get("input") if isinstance(start, dict) else None
-    headers = request_input.get("headers") if isinstance(request_input, dict) else None
-    sent = headers.get("content-type") if isinstance(headers, dict) else None
-    if isinstance(sent, str) and _FORM_TYPE in sent.lower():
-        return _FORM_TYPE
-    return "application/json"
-
-
-def _form_pairs(fields: Mapping[str, Any]) -> list[tuple[str, str]]:
-    pairs: list[tuple[str, str]] = []
-    for name, value in fields.items():
-        for item in value if isinstance(value, list) else [value]:
-            pairs.append((name, _query_text(item)))
-    return pairs
-
-
-def recorded_request(capsule: Mapping[str, Any]) -> tuple[str, str, bytes | None]:
-    """Method, path with query, and body of the request that started the operation (JSON, or
-    a URL-encoded form when :func:`recorded_content_type` says so)."""
-    operation = str(capsule["operation"])
-    method, _, path = operation.partition(" ")
-    _check_request_line(method or "GET", path)
-    start: Any = next((e for e in capsule["events"] if e.get("kind") == "start"), {})
-    request_input = start.get("input") if isinstance(start, dict) else None
-    query: list[tuple[str, str]] = []
-    body: bytes | None = None
-    if isinstance(request_input, dict):
-        raw_query = request_input.get("query")
-        if isinstance(raw_query, dict):
-            for name, value in raw_query.items():
-                values = value if isinstance(value, list) else [value]
-                for item in values:
-                    query.append((name, _query_text(item)))
-        recorded_body = request_input.get("body")
-        if isinstance(recorded_body, dict) and recorded_content_type(capsule) == _FORM_TYPE:
-            body = urllib.parse.urlencode(_form_pairs(recorded_body)).encode("utf-8")
-        elif recorded_body is not None:
-            body = json.dumps(recorded_body, ensure_ascii=False).encode("utf-8")
-    # A recorded path is percent-decoded (ASGI, WSGI): spaces and non-ASCII go back encoded.
-    target = urllib.parse.quote(path, safe=_PATH_SAFE) or "/"
-    if query:
-        target += "?" + urllib.parse.urlencode(query)
-    return method or "GET", target, body
-
-
-def _fire(
-    port: int,
-    method: str,
-    target: str,
-    body: bytes | None,
-    content_type: str = "application/json",
-) -> tuple[int, bytes]:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=REQUEST_TIMEOUT_S)
-    try:
-        headers = {"content-type": content_type} if body is not None else {}
-        connection.request(method, target, body=body, headers=headers)
-        response = connection.getresponse()
-        return response.status, response.read()
-    finally:
-        connection.close()
-
-
-def observed_body(data: bytes) -> dict[str, Any]:
-    """``body`` (the first :data:`OBSERVED_BODY_BYTES` as UTF-8 text) and ``bodyBytes``."""
-    return {
-        "body": data[:OBSERVED_BODY_BYTES].decode("utf-8", "replace"),
-        "bodyBytes": len(data),
-    }
-
-
 def replay_markers(lines: list[str]) -> list[dict[str, Any]]:
     """The ``REPROIT:REPLAY`` payloads among ``lines`` (one per replaying process)."""
     found = []
@@ -545,7 +448,8 @@ def _run_hermetic_check(
             method, target, body = recorded_request(capsule)
             observed["request"] = {"method": method, "target": target}
             try:
-                status, answer = _fire(port, method, target, body, recorded_content_type(capsule))
+                kind = recorded_content_type(capsule)
+                status, answer = fire_request(port, method, target, body, kind)
                 observed["status"] = status
                 observed.update(observed_body(answer))
             except (OSError, http.client.HTTPException) as error:
