@@ -27,19 +27,35 @@ additionally needs an endpoint, an API key and an application id
 from __future__ import annotations
 
 import enum
-import json
 import logging
-import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from reproit_otel.config_parsers import (
+    CAPTURE_BUDGET_CEILING,
+    CAPTURE_BUDGET_DEFAULT,
+    SPOOL_MAX_CEILING,
+    SPOOL_MAX_DEFAULT,
+    SPOOL_MAX_FLOOR,
+    at_least,
+    clamped,
+    parse_exactly_one,
+    parse_flag,
+    parse_path,
+    parse_secret_text,
+    parse_secret_values,
+    parse_spool_max,
+    parse_text,
+    parse_token,
+)
 from reproit_otel.errors import ConfigurationError
-from reproit_otel.wire._js import js_number
-from reproit_otel.wire.batch import is_token
+from reproit_otel.wire.batch_environment import is_token
 
 __all__ = [
+    "CAPTURE_BUDGET_CEILING",
+    "CAPTURE_BUDGET_DEFAULT",
     "REPROIT_API_KEY",
     "REPROIT_APP_ID",
     "REPROIT_BUILD",
@@ -61,10 +77,14 @@ __all__ = [
     "REPROIT_SCAN_TOKEN",
     "REPROIT_SECRET_VALUES",
     "SETTINGS",
+    "SPOOL_MAX_CEILING",
+    "SPOOL_MAX_DEFAULT",
+    "SPOOL_MAX_FLOOR",
     "EffectsCompleteMode",
     "ReproitConfig",
     "Setting",
     "load_config",
+    "parse_spool_max",
     "read_config",
     "render_markdown",
 ]
@@ -165,112 +185,6 @@ class ToolsMode(str, enum.Enum):
         )
 
 
-# --- parsers: text -> value, raising ConfigurationError with what was expected -------------
-
-
-def _text(raw: str) -> str | None:
-    value = raw.strip()
-    return value or None
-
-
-def _secret_text(raw: str) -> str | None:
-    # Secrets are used as given (a key with a trailing space is still that key) unless blank.
-    return raw if raw.strip() else None
-
-
-def _token(raw: str) -> str | None:
-    value = raw.strip()
-    if not value:
-        return None
-    if not _is_token(value):
-        raise ConfigurationError(
-            f"{value!r} is not a token (letters, digits and a few separators, no spaces)"
-        )
-    return value
-
-
-def _flag(raw: str) -> bool:
-    value = raw.strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("", "0", "false", "no", "off"):
-        return False
-    raise ConfigurationError(f"{raw!r} is not a switch; expected 1 or 0")
-
-
-def _exactly_one(raw: str) -> bool:
-    # Section 8.1: exactly "1" turns CI capture on, anything else leaves it off.
-    return raw == "1"
-
-
-def _integer(raw: str) -> int:
-    number = js_number(raw.strip())
-    if not isinstance(number, (int, float)) or not math.isfinite(number) or number != int(number):
-        raise ConfigurationError(f"{raw!r} is not a whole number")
-    return int(number)
-
-
-def _at_least(floor: int) -> Callable[[str], int]:
-    def parse(raw: str) -> int:
-        return max(floor, _integer(raw))
-
-    return parse
-
-
-def _clamped(low: int, high: int) -> Callable[[str], int]:
-    def parse(raw: str) -> int:
-        return min(high, max(low, _integer(raw)))
-
-    return parse
-
-
-CAPTURE_BUDGET_DEFAULT = 4 * 1024 * 1024
-CAPTURE_BUDGET_CEILING = 64 * 1024 * 1024
-
-SPOOL_MAX_DEFAULT = 16777216
-SPOOL_MAX_FLOOR = 4096
-SPOOL_MAX_CEILING = 67108864
-
-
-def parse_spool_max(raw: str | None) -> int:
-    """The CI spool cap in bytes from its text (section 8.1: JavaScript ``Number``, clamped).
-
-    ``None`` or a value that is not a whole number gives the 16 MiB default; the empty string
-    is 0 for ``Number`` and so gives the 4096 floor, as in the reference.
-    """
-    if raw is None:
-        return SPOOL_MAX_DEFAULT
-    number = js_number(raw)
-    if not math.isfinite(number) or number != int(number):
-        return SPOOL_MAX_DEFAULT
-    return min(SPOOL_MAX_CEILING, max(SPOOL_MAX_FLOOR, int(number)))
-
-
-def _secret_values(raw: str) -> tuple[str, ...]:
-    text = raw.strip()
-    if not text:
-        return ()
-    if text.startswith("["):
-        try:
-            parsed = json.loads(text)
-        except ValueError as exc:
-            raise ConfigurationError(f"not a JSON array of strings: {exc}") from None
-        if not isinstance(parsed, list) or not all(isinstance(v, str) for v in parsed):
-            raise ConfigurationError("not a JSON array of strings")
-        values = parsed
-    else:
-        values = [part.strip() for part in text.split(",")]
-    return tuple(dict.fromkeys(v for v in values if v))
-
-
-def _path(raw: str) -> str | None:
-    return raw if raw.strip() else None
-
-
-def _is_token(value: str) -> bool:
-    return is_token(value)
-
-
 @dataclass(frozen=True)
 class Setting:
     """One row of the configuration table."""
@@ -309,7 +223,7 @@ SETTINGS: tuple[Setting, ...] = (
         "endpoint",
         REPROIT_ENDPOINT,
         None,
-        _text,
+        parse_text,
         "URL the capture batches are POSTed to, used verbatim "
         "(e.g. `http://127.0.0.1:8765/v1/capture-batches`).",
     ),
@@ -317,7 +231,7 @@ SETTINGS: tuple[Setting, ...] = (
         "api_key",
         REPROIT_API_KEY,
         None,
-        _secret_text,
+        parse_secret_text,
         "API key sent as `Authorization: Bearer <key>` with every upload.",
         secret=True,
     ),
@@ -325,21 +239,21 @@ SETTINGS: tuple[Setting, ...] = (
         "app_id",
         REPROIT_APP_ID,
         None,
-        _text,
+        parse_text,
         "Application id; becomes the batch `projectId`. Must be a token.",
     ),
     _row(
         "build",
         REPROIT_BUILD,
         None,
-        _text,
+        parse_text,
         "Build or version of the service: deployment `version` and trace `build`.",
     ),
     _row(
         "commit",
         REPROIT_COMMIT,
         None,
-        _token,
+        parse_token,
         "Commit of the service: the first token of `REPROIT_COMMIT`, `GITHUB_SHA`.",
         fallbacks=(GITHUB_SHA,),
     ),
@@ -347,35 +261,35 @@ SETTINGS: tuple[Setting, ...] = (
         "image_digest",
         REPROIT_IMAGE_DIGEST,
         None,
-        _text,
+        parse_text,
         "Container image digest, kept in the determinism envelope when it is a token.",
     ),
     _row(
         "flush_interval_ms",
         REPROIT_FLUSH_INTERVAL_MS,
         3000,
-        _at_least(100),
+        at_least(100),
         "Delay in ms between a captured failure and its upload (floor 100).",
     ),
     _row(
         "request_timeout_ms",
         REPROIT_REQUEST_TIMEOUT_MS,
         5000,
-        _at_least(1),
+        at_least(1),
         "Timeout in ms of one upload request.",
     ),
     _row(
         "retry_limit",
         REPROIT_RETRY_LIMIT,
         2,
-        _clamped(0, 5),
+        clamped(0, 5),
         "Retries after a failed upload, clamped to 0..5; a 4xx answer is never retried.",
     ),
     _row(
         "capture_budget",
         REPROIT_CAPTURE_BUDGET,
         CAPTURE_BUDGET_DEFAULT,
-        _clamped(0, CAPTURE_BUDGET_CEILING),
+        clamped(0, CAPTURE_BUDGET_CEILING),
         "Bytes (canonical JSON of the capsule) up to which a failing operation too big for one "
         "batch is still uploaded whole, as a content-addressed artifact; `0` turns it off "
         "(clamped to 0..64 MiB).",
@@ -384,14 +298,14 @@ SETTINGS: tuple[Setting, ...] = (
         "scan",
         REPROIT_SCAN,
         False,
-        _flag,
+        parse_flag,
         "`1` honours a trusted `x-reproit-trace` request header (scan mode, D12).",
     ),
     _row(
         "scan_token",
         REPROIT_SCAN_TOKEN,
         None,
-        _secret_text,
+        parse_secret_text,
         "When set, scan requests must also carry this value in `x-reproit-scan-token`.",
         secret=True,
     ),
@@ -399,7 +313,7 @@ SETTINGS: tuple[Setting, ...] = (
         "secret_values",
         REPROIT_SECRET_VALUES,
         (),
-        _secret_values,
+        parse_secret_values,
         "Values scrubbed from every recorded string: comma separated, or a JSON array of "
         "strings (D8).",
         secret=True,
@@ -415,28 +329,28 @@ SETTINGS: tuple[Setting, ...] = (
         "disabled",
         REPROIT_DISABLED,
         False,
-        _flag,
+        parse_flag,
         "`1` turns reproit-otel off: no processor, no recorders, no replay.",
     ),
     _row(
         "replay",
         REPROIT_REPLAY,
         None,
-        _path,
+        parse_path,
         "Path of a capsule: the process replays it hermetically instead of capturing.",
     ),
     _row(
         "ci_capture",
         REPROIT_CI_CAPTURE,
         False,
-        _exactly_one,
+        parse_exactly_one,
         "Exactly `1` turns on CI capture mode.",
     ),
     _row(
         "ci_spool",
         REPROIT_CI_SPOOL,
         ".reproit/ci-spool",
-        _path,
+        parse_path,
         "Directory CI capsules are spooled to.",
     ),
     _row(
@@ -450,7 +364,7 @@ SETTINGS: tuple[Setting, ...] = (
         "debug_dump",
         REPROIT_DEBUG_DUMP,
         None,
-        _path,
+        parse_path,
         "Directory where each finished operation's events are written as a canonical JSON "
         "file named `<traceId>.json` (debugging aid).",
     ),
@@ -466,7 +380,7 @@ SETTINGS: tuple[Setting, ...] = (
         "fixtures",
         REPROIT_FIXTURES,
         DEFAULT_FIXTURES_DIR,
-        _path,
+        parse_path,
         "Directory of invoke-boundary fixtures.",
     ),
 )
@@ -511,9 +425,9 @@ class ReproitConfig:
             return f"{REPROIT_ENDPOINT} is not set"
         if not self.api_key:
             return f"{REPROIT_API_KEY} is not set"
-        if not self.app_id or not _is_token(self.app_id):
+        if not self.app_id or not is_token(self.app_id):
             return f"{REPROIT_APP_ID} must be a token (got {self.app_id!r})"
-        if self.build is not None and not _is_token(self.build):
+        if self.build is not None and not is_token(self.build):
             return f"{REPROIT_BUILD} must be a token (got {self.build!r})"
         return None
 
@@ -526,7 +440,7 @@ class ReproitConfig:
     def usable_image_digest(self) -> str | None:
         """``image_digest`` when it is a token (section 5.6), else None."""
         digest = self.image_digest
-        return digest if digest is not None and _is_token(digest) else None
+        return digest if digest is not None and is_token(digest) else None
 
 
 def _read(setting: Setting, environ: Mapping[str, str]) -> Any:
