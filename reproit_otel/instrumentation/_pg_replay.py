@@ -35,48 +35,41 @@ connection's server parameters start from
 :data:`~reproit_otel.wire.statements.DEFAULT_PARAMETERS` and follow ``SET``/``set_config``.
 Before the recorded request has begun (``reproit_otel.replay.request_window``), any other
 statement is read from the recording without consuming it, or gets an empty answer.
+
+Where the parts live: answering a statement from the session is :mod:`._pg_serve`, rebuilding
+an application's class on a stub is :mod:`._pg_transplant`; this module holds the stubs.
 """
 
 from __future__ import annotations
 
-import builtins
 import re
-import types
 import weakref
 from collections.abc import Mapping
 from typing import Any
 
 import psycopg2
-from psycopg2 import errors as _errors
 from psycopg2 import extensions as _ext
 
-from reproit_otel.errors import DivergedError
 from reproit_otel.instrumentation import _pg_offline as offline
-from reproit_otel.instrumentation._exceptions import allowed_exception_classes
-from reproit_otel.instrumentation._pg_common import (
-    TRUNCATED_MESSAGE,
-    callproc_text,
-    effect_key,
-    statement_text,
-)
+from reproit_otel.instrumentation._pg_common import callproc_text, statement_text
 from reproit_otel.instrumentation._pg_record import (
     RecordingConnection,
     RecordingCursor,
     RecordingNamedCursor,
 )
-from reproit_otel.instrumentation._pg_values import column_keys, decode_value, encode_params
-from reproit_otel.recording import registered_secret_values
-from reproit_otel.replay.session import active_session, report_divergence
-from reproit_otel.wire._js import UNSET
-from reproit_otel.wire.redaction import scrub_value
-from reproit_otel.wire.replay import PG_DIVERGED_MESSAGE, ReplaySession, pg_probe
-from reproit_otel.wire.sql_redaction import redact_sql_values
-from reproit_otel.wire.statements import (
-    DEFAULT_PARAMETERS,
-    default_response,
-    setting_change,
-    statement_scope,
+from reproit_otel.instrumentation._pg_serve import (
+    diverge,
+    rebuild_error,
+    serve,
+    set_secret_values,
 )
+from reproit_otel.instrumentation._pg_transplant import transplant
+from reproit_otel.instrumentation._pg_values import column_keys, decode_value, encode_params
+from reproit_otel.replay.session import active_session
+from reproit_otel.wire._js import UNSET
+from reproit_otel.wire.replay import pg_probe
+from reproit_otel.wire.sql_redaction import redact_sql_values
+from reproit_otel.wire.statements import DEFAULT_PARAMETERS
 
 __all__ = [
     "SERVER_VERSION",
@@ -86,152 +79,11 @@ __all__ = [
     "rebuild_error",
     "replay_connection_class",
     "replay_cursor_class",
+    "set_secret_values",
 ]
 
 SERVER_VERSION = 150000
 """``server_version`` of a stub connection (the recording does not hold the server's)."""
-
-
-# ---------------------------------------------------------------------------- serving
-
-_secret_values: tuple[str, ...] = ()
-
-
-def set_secret_values(values: tuple[str, ...]) -> None:
-    """The configured secret values to scrub from live statements before matching (D8)."""
-    global _secret_values
-    _secret_values = values
-
-
-def _live_probe(session: ReplaySession, probe: dict[str, Any]) -> dict[str, Any]:
-    # D8: the capture had configured secret values replaced in every recorded string (text
-    # and values alike); the live call gets the same treatment, then the session's own.
-    scrubbed: dict[str, Any] = scrub_value(probe, _secret_values + registered_secret_values())
-    return session.redact_probe("pg", scrubbed)
-
-
-def _session() -> ReplaySession:
-    session = active_session()
-    if session is None:
-        raise DivergedError(
-            "reproit: psycopg2 is in replay mode but no replay session is active; "
-            "set REPROIT_REPLAY to a capsule or uninstrument the psycopg2 replay"
-        )
-    return session
-
-
-def _report(session: ReplaySession, line: str | None) -> None:
-    if line is not None and session.on_divergence is not report_divergence:
-        report_divergence(line)
-
-
-def _diverge(probe: dict[str, Any], message: str = PG_DIVERGED_MESSAGE) -> DivergedError:
-    session = _session()
-    probe = _live_probe(session, probe)
-    line = session.diverge("pg", probe)
-    _report(session, line)
-    return DivergedError(message, line=line)
-
-
-def serve(text: str, values: Any, parameters: dict[str, str] | None = None) -> Mapping[str, Any]:
-    """The recorded response for a statement, or raise as the recording says.
-
-    A connection-scope statement is answered by the ambient rule, and any statement asked
-    before the recorded request by the before-request rule (both in the module docstring);
-    ``parameters`` are the asking connection's server parameters (updated by ``SET``).
-    """
-    session = _session()
-    probe = _live_probe(session, pg_probe(text, UNSET if values is None else values))
-    if statement_scope(text, probe.get("values")) is not None:
-        return _ambient(session, probe, text, values, parameters)
-    if session.usage.awaiting:
-        return _before_request(session, probe, text, values, parameters)
-    exchange, line = session.match_with_line("pg", probe)
-    if exchange is None:
-        _report(session, line)
-        raise DivergedError(PG_DIVERGED_MESSAGE, line=line)
-    response = _response_of(exchange)
-    if response.get("truncated") is True:
-        line = session.diverge("pg", {**probe, "truncated": True})
-        _report(session, line)
-        raise DivergedError(TRUNCATED_MESSAGE, line=line)
-    error = response.get("error")
-    if error:
-        raise rebuild_error(error if isinstance(error, Mapping) else {})
-    return response
-
-
-def _response_of(exchange: Any) -> Mapping[str, Any]:
-    response = exchange.get("response") if isinstance(exchange, Mapping) else None
-    return response if isinstance(response, Mapping) else {}
-
-
-def _ambient(
-    session: ReplaySession,
-    probe: dict[str, Any],
-    text: str,
-    values: Any,
-    parameters: dict[str, str] | None,
-) -> Mapping[str, Any]:
-    exchange = session.ambient(probe)
-    response = _response_of(exchange) if exchange is not None else None
-    if parameters is not None:
-        change = setting_change(text, values)
-        if change is not None:
-            parameters[change[0]] = change[1]
-    if response is None or response.get("truncated") is True:
-        return default_response(text, values, parameters)
-    error = response.get("error")
-    if error:
-        raise rebuild_error(error if isinstance(error, Mapping) else {})
-    return response
-
-
-def _before_request(
-    session: ReplaySession,
-    probe: dict[str, Any],
-    text: str,
-    values: Any,
-    parameters: dict[str, str] | None,
-) -> Mapping[str, Any]:
-    # Boot-time calls (migration checks, warm-up) must neither consume the request's
-    # exchanges nor fail the boot: a recorded answer is read without consuming it, and a
-    # recorded error or truncated result gives way to the documented empty answer.
-    session.note_before_request({"protocol": "pg", "text": effect_key(text)})
-    response = _response_of(session.peek("pg", probe))
-    if response and not response.get("error") and response.get("truncated") is not True:
-        return response
-    return default_response(text, values, parameters)
-
-
-# Only these classes are ever instantiated from a capsule.
-_ALLOWED = allowed_exception_classes(builtins, psycopg2, _errors)
-
-
-def rebuild_error(fields: Mapping[str, Any]) -> BaseException:
-    """The exception a recorded ``error`` stands for, with its ``pgcode`` and ``pgerror``."""
-    message = fields.get("message")
-    message = "recorded pg error" if message is None else str(message)
-    code = fields.get("code")
-    cls: type[BaseException] | None = _ALLOWED.get(str(fields.get("type")))
-    if cls is None and isinstance(code, str) and code:
-        try:
-            cls = _errors.lookup(code)
-        except KeyError:
-            cls = None
-    if cls is None:
-        cls = psycopg2.DatabaseError
-    error = cls(message)
-    if isinstance(error, psycopg2.Error):
-        pgerror = fields.get("pgerror")
-        restorable: Any = error  # the C Error sets pgcode/pgerror only through __setstate__
-        restorable.__setstate__(
-            {
-                "pgcode": code if isinstance(code, str) else None,
-                "pgerror": pgerror if isinstance(pgerror, str) else None,
-            }
-        )
-    return error
 
 
 # ---------------------------------------------------------------------------- the stubs
@@ -431,7 +283,7 @@ class StubConnection:
         raise psycopg2.NotSupportedError("a replayed connection has no socket")
 
     def lobject(self, *args: Any, **kwargs: Any) -> Any:
-        raise _diverge(pg_probe("lo_open"), "reproit: psycopg2 large objects cannot be replayed")
+        raise diverge(pg_probe("lo_open"), "reproit: psycopg2 large objects cannot be replayed")
 
     def xid(self, format_id: Any, gtrid: Any, bqual: Any) -> Any:
         return (format_id, gtrid, bqual)
@@ -588,18 +440,18 @@ class StubCursor:
         pass
 
     def copy_expert(self, sql: Any, file: Any, size: int = 8192) -> None:
-        raise _diverge(
+        raise diverge(
             pg_probe(statement_text(sql, offline.render)),
             "reproit: psycopg2 COPY cannot be replayed",
         )
 
     def copy_from(self, file: Any, table: str, *args: Any, **kwargs: Any) -> None:
-        raise _diverge(
+        raise diverge(
             pg_probe(f"COPY {table} FROM stdin"), "reproit: psycopg2 COPY cannot be replayed"
         )
 
     def copy_to(self, file: Any, table: str, *args: Any, **kwargs: Any) -> None:
-        raise _diverge(
+        raise diverge(
             pg_probe(f"COPY {table} TO stdout"), "reproit: psycopg2 COPY cannot be replayed"
         )
 
@@ -709,128 +561,17 @@ def is_stub(scope: Any) -> bool:
 
 _cursor_classes: weakref.WeakKeyDictionary[type, type] = weakref.WeakKeyDictionary()
 _connection_classes: weakref.WeakKeyDictionary[type, type] = weakref.WeakKeyDictionary()
-_SKIPPED_ATTRS = frozenset(
-    {"__dict__", "__weakref__", "_reproit_recording_cursor", "_reproit_recording_connection"}
-)
 
 
 def replay_cursor_class(factory: Any) -> Any:
     """The application's cursor class rebuilt on :class:`StubCursor`."""
-    return _transplant(
+    return transplant(
         factory, _ext.cursor, StubCursor, (RecordingCursor, RecordingNamedCursor), _cursor_classes
     )
 
 
 def replay_connection_class(factory: Any) -> Any:
     """The application's connection class rebuilt on :class:`StubConnection`."""
-    return _transplant(
+    return transplant(
         factory, _ext.connection, StubConnection, (RecordingConnection,), _connection_classes
     )
-
-
-def _transplant(
-    cls: Any,
-    root: type,
-    stub: type,
-    layers: tuple[type, ...],
-    cache: weakref.WeakKeyDictionary[type, type],
-) -> Any:
-    if cls is None or cls is root or cls in layers:
-        # A recording layer (the named-cursor one too) stands for the root it wraps.
-        return _plain(stub, root)
-    if isinstance(cls, type) and issubclass(cls, stub):
-        return cls
-    if not isinstance(cls, type) or not issubclass(cls, root):
-        raise psycopg2.ProgrammingError(
-            f"reproit replay cannot serve the factory {cls!r}: only subclasses of "
-            f"psycopg2.extensions.{root.__name__} can be replayed"
-        )
-    cached = cache.get(cls)
-    if cached is not None:
-        return cached
-    if not cls.__flags__ & (1 << 9):
-        raise psycopg2.ProgrammingError(
-            f"reproit replay cannot serve {cls.__module__}.{cls.__qualname__}: a C type "
-            "other than the base cursor/connection (replication?) is not replayable"
-        )
-    bases = tuple(
-        _transplant(base, root, stub, layers, cache) if issubclass(base, root) else base
-        for base in cls.__bases__
-    )
-    bases = tuple(dict.fromkeys(bases))  # a mixed-in layer and the root both become the stub
-    slots = cls.__dict__.get("__slots__", ())
-    slot_names = {slots} if isinstance(slots, str) else set(slots)
-    namespace = {
-        key: value
-        for key, value in cls.__dict__.items()
-        if key not in _SKIPPED_ATTRS and key not in slot_names
-    }
-    namespace["__class__"] = _posing_as(cls)
-    metaclass: Any = type(cls)
-    new = metaclass(cls.__name__, bases, namespace)
-    for key, value in namespace.items():
-        rebound = _rebind(value, cls, new)
-        if rebound is not value:
-            setattr(new, key, rebound)
-    cache[cls] = new
-    return new
-
-
-def _posing_as(cls: type) -> property:
-    # isinstance() consults obj.__class__ when type(obj) is not a subclass, so a stub poses as
-    # the class it stands in for: isinstance(cur, RealDictCursor) and isinstance(cur,
-    # psycopg2.extensions.cursor) hold in replay as they did live (RealDictRow relies on it).
-    return property(lambda self: cls, doc="The psycopg2 class this stand-in replays.")
-
-
-_plain_classes: dict[type, type] = {}
-
-
-def _plain(stub: type, root: type) -> type:
-    found = _plain_classes.get(stub)
-    if found is None:
-        namespace = {
-            "__module__": root.__module__,
-            "__qualname__": root.__qualname__,
-            "__class__": _posing_as(root),
-        }
-        found = _plain_classes[stub] = type(root.__name__, (stub,), namespace)
-    return found
-
-
-def _rebind(value: Any, old: type, new: type) -> Any:
-    """``value`` with its ``__class__`` cell (zero-argument ``super()``) pointing at ``new``."""
-    if isinstance(value, types.FunctionType):
-        code = value.__code__
-        if "__class__" not in code.co_freevars or value.__closure__ is None:
-            return value
-        cells = list(value.__closure__)
-        index = code.co_freevars.index("__class__")
-        if cells[index].cell_contents is not old:
-            return value
-        cells[index] = types.CellType(new)
-        rebound = types.FunctionType(
-            code, value.__globals__, value.__name__, value.__defaults__, tuple(cells)
-        )
-        rebound.__kwdefaults__ = value.__kwdefaults__
-        rebound.__dict__.update(value.__dict__)
-        rebound.__qualname__ = value.__qualname__
-        rebound.__doc__ = value.__doc__
-        rebound.__module__ = value.__module__
-        rebound.__annotations__ = value.__annotations__
-        return rebound
-    if isinstance(value, classmethod):
-        inner = _rebind(value.__func__, old, new)
-        return value if inner is value.__func__ else classmethod(inner)
-    if isinstance(value, staticmethod):
-        inner = _rebind(value.__func__, old, new)
-        return value if inner is value.__func__ else staticmethod(inner)
-    if isinstance(value, property):
-        parts = [
-            _rebind(f, old, new) if f is not None else None
-            for f in (value.fget, value.fset, value.fdel)
-        ]
-        if parts == [value.fget, value.fset, value.fdel]:
-            return value
-        return property(parts[0], parts[1], parts[2], value.__doc__)
-    return value
