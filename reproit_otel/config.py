@@ -36,6 +36,8 @@ from typing import Any
 from reproit_otel.config_parsers import (
     CAPTURE_BUDGET_CEILING,
     CAPTURE_BUDGET_DEFAULT,
+    CAPTURE_MAX_EVENTS_CEILING,
+    CAPTURE_MAX_EVENTS_FLOOR,
     SPOOL_MAX_CEILING,
     SPOOL_MAX_DEFAULT,
     SPOOL_MAX_FLOOR,
@@ -56,10 +58,13 @@ from reproit_otel.wire.batch_environment import is_token
 __all__ = [
     "CAPTURE_BUDGET_CEILING",
     "CAPTURE_BUDGET_DEFAULT",
+    "CAPTURE_MAX_EVENTS_CEILING",
+    "CAPTURE_MAX_EVENTS_FLOOR",
     "REPROIT_API_KEY",
     "REPROIT_APP_ID",
     "REPROIT_BUILD",
     "REPROIT_CAPTURE_BUDGET",
+    "REPROIT_CAPTURE_MAX_EVENTS",
     "REPROIT_CI_CAPTURE",
     "REPROIT_CI_SPOOL",
     "REPROIT_CI_SPOOL_MAX",
@@ -115,6 +120,8 @@ REPROIT_RETRY_LIMIT = "REPROIT_RETRY_LIMIT"
 """Retries after a failed upload (default 2, clamped to 0..5; 4xx is never retried)."""
 REPROIT_CAPTURE_BUDGET = "REPROIT_CAPTURE_BUDGET"
 """Bytes of one failing operation uploaded whole as an artifact past the batch bounds (0: off)."""
+REPROIT_CAPTURE_MAX_EVENTS = "REPROIT_CAPTURE_MAX_EVENTS"
+"""Events one heavy capture holds (default 16384, clamped to 256..16384); past it, counted."""
 REPROIT_SCAN = "REPROIT_SCAN"
 """``1`` enables scan mode: a trusted ``x-reproit-trace`` request header is honoured (D12)."""
 REPROIT_SCAN_TOKEN = "REPROIT_SCAN_TOKEN"
@@ -295,6 +302,15 @@ SETTINGS: tuple[Setting, ...] = (
         "(clamped to 0..64 MiB).",
     ),
     _row(
+        "capture_max_events",
+        REPROIT_CAPTURE_MAX_EVENTS,
+        CAPTURE_MAX_EVENTS_CEILING,
+        clamped(CAPTURE_MAX_EVENTS_FLOOR, CAPTURE_MAX_EVENTS_CEILING),
+        "Events (start, effects, return) one failing operation may hold while the capture "
+        "budget is on; later exchanges are counted, not kept, and the batch is `partial` "
+        "(clamped to 256..16384).",
+    ),
+    _row(
         "scan",
         REPROIT_SCAN,
         False,
@@ -401,6 +417,7 @@ class ReproitConfig:
     request_timeout_ms: int = 5000
     retry_limit: int = 2
     capture_budget: int = CAPTURE_BUDGET_DEFAULT
+    capture_max_events: int = CAPTURE_MAX_EVENTS_CEILING
     scan: bool = False
     scan_token: str | None = field(default=None, repr=False)
     secret_values: tuple[str, ...] = field(default=(), repr=False)

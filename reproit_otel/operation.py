@@ -31,7 +31,10 @@ While heavy capture is on, what a capture holds is bounded as it is recorded: on
 exchanges kept reach the capture budget (``REPROIT_CAPTURE_BUDGET``, by the bytes each
 recorder says it keeps), later ones are settled but not kept, only counted
 (``BackendTrace.unheld_effects``): the operation is then sent as the bounded batch, ``partial``
-with those counts, as one past the budget at upload is. The
+with those counts, as one past the budget at upload is. The event cap
+(``REPROIT_CAPTURE_MAX_EVENTS``) is met the same way: once only the ``return`` event would
+still fit, later exchanges are settled and counted (``BackendTrace.capped_effects``), so the
+operation still finishes and is sent, ``partial``. The
 operation is *finished* when the middleware sees the response start (or, without middleware,
 when the server span ends) and *handed off* to the sinks once it is finished and its server
 span has ended, whichever comes last. Dependency activity after the finish (a background
@@ -70,6 +73,7 @@ from opentelemetry.trace import SpanKind
 
 from reproit_otel import recording
 from reproit_otel._guard import guarded
+from reproit_otel.config import CAPTURE_MAX_EVENTS_CEILING
 from reproit_otel.errors import TraceError
 from reproit_otel.recording import DeferredExchange, Unrecordable
 from reproit_otel.wire._js import UNSET
@@ -93,8 +97,9 @@ __all__ = [
 
 MAX_SPANS_PER_OPERATION = 1024
 """Spans tracked per operation; past it new spans are not tracked and effects are incomplete."""
-HEAVY_MAX_EVENTS = 16384
-"""Events a capture operation may hold when heavy capture is on (``REPROIT_CAPTURE_BUDGET``)."""
+HEAVY_MAX_EVENTS = CAPTURE_MAX_EVENTS_CEILING
+"""Events a capture operation may hold at most when heavy capture is on
+(``REPROIT_CAPTURE_BUDGET``); ``REPROIT_CAPTURE_MAX_EVENTS`` may lower it."""
 HEAVY_MAX_SPANS = 2 * HEAVY_MAX_EVENTS
 """Spans tracked per capture operation when heavy capture is on (a call may nest two spans)."""
 MAX_INCOMPLETE_REASONS = 16
@@ -439,6 +444,8 @@ class Operation:
             with self._lock:
                 if not self._arrived_locked(binding):
                     return
+                if fields is not None and self._capped_locked(effect):
+                    return
                 if fields is not None:
                     try:
                         self.trace.push_effect_fields(fields)
@@ -464,7 +471,8 @@ class Operation:
 
         ``held`` is about the bytes ``build`` keeps. Past the capture budget the exchange is
         settled (its span is covered) but not kept: it is counted by effect kind in the
-        trace's ``unheld_effects``, and the batch is ``partial`` with that count.
+        trace's ``unheld_effects``, and the batch is ``partial`` with that count. Past the
+        event cap likewise, in ``capped_effects``.
         """
         if self.scan:  # built and redacted now, before the lock
             built = _build(build, library, self._secrets(), self._build_failures)
@@ -484,6 +492,8 @@ class Operation:
                 if not self._arrived_locked(binding):
                     return
                 budget = self._budget
+                if self._capped_locked(effect):
+                    return  # counted as lost in the tally, as an exchange not kept
                 if budget:
                     unheld = self.trace.unheld_effects
                     # The first exchanges are kept, as the batch bound keeps the first ones.
@@ -509,6 +519,22 @@ class Operation:
         finally:
             if self._unreported:
                 self._report()
+
+    def _capped_locked(self, effect: str) -> bool:
+        """Heavy capture past the trace's event cap: count the exchange by ``effect`` kind in
+        the trace's ``capped_effects`` and return True (it is settled, not kept).
+
+        One slot stays free for the ``return`` event, so the operation can still finish and
+        be sent. The first exchanges are kept, as the batch bound keeps the first ones.
+        """
+        if not self._budget:
+            return False  # not a heavy capture: TooManyEvents makes it incomplete, as before
+        trace = self.trace
+        capped = trace.capped_effects
+        if not capped and trace.room_for_effect():
+            return False
+        capped[effect] = capped.get(effect, 0) + 1
+        return True
 
     def _arrived_locked(self, binding: ExchangeBinding) -> bool:
         """An exchange finished: settle it; True when it may still be pushed as an effect."""

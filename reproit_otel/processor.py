@@ -87,7 +87,6 @@ from reproit_otel.errors import TraceError
 from reproit_otel.failures import frame_roots, record_exception
 from reproit_otel.inbound import InboundRequest, current_inbound, single_or_list
 from reproit_otel.operation import (
-    HEAVY_MAX_EVENTS,
     HEAVY_MAX_SPANS,
     MAX_SPANS_PER_OPERATION,
     ExchangeBinding,
@@ -529,7 +528,7 @@ class ReproitSpanProcessor(SpanProcessor):
                     context,
                     name,
                     input_factory=_input_factory(source, self._current_secrets),
-                    max_events=HEAVY_MAX_EVENTS if heavy else MAX_EVENTS,
+                    max_events=self.config.capture_max_events if heavy else MAX_EVENTS,
                 )
         except TraceError as exc:
             with self._lock:

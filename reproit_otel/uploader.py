@@ -226,6 +226,7 @@ def _fresh_stats() -> dict[str, Any]:
         "artifacts_refused": 0,
         "artifacts_failed": 0,
         "capture_over_budget": 0,
+        "capture_over_event_cap": 0,
         "ineligible": {},
     }
 
@@ -369,6 +370,10 @@ class Uploader:
         if unheld:  # past the capture budget while recorded: counted, never held
             operation["unheld"] = dict(unheld)
             operation["budget"] = getattr(trace, "capture_budget", 0)
+        capped = getattr(trace, "capped_effects", None)
+        if capped:  # past the event cap while recorded: counted, never held
+            operation["capped"] = dict(capped)
+            operation["eventCap"] = getattr(trace, "max_events", 0)
         with self._cond:
             if self._closed:
                 return False
@@ -560,9 +565,15 @@ class Uploader:
         """Send an operation the batch bound cut as a capsule artifact, within the budget.
 
         Returns the batch to send, the effects it loses, and the counter to add one to. Past
-        the budget, or when the ingest takes no artifacts (404, 405, 501) or the artifact
-        cannot be delivered, the bounded batch goes as it is, ``partial`` with its counts.
+        the budget or the event cap (while recorded, or here), or when the ingest takes no
+        artifacts (404, 405, 501) or the artifact cannot be delivered, the bounded batch goes
+        as it is, ``partial`` with its counts.
         """
+        # Effects not kept while recorded: no capsule of it is whole, so none is built.
+        if operation.get("capped"):
+            return build.batch, build.dropped_effects, "capture_over_event_cap"
+        if operation.get("unheld"):
+            return build.batch, build.dropped_effects, "capture_over_budget"
         budget = self.settings.capture_budget
         whole = build_capture_result(
             operation,

@@ -42,7 +42,8 @@ Decision D3: nothing is lost silently
     Every replaced value is counted and marks ``http`` partial. Effects an operation did not
     keep because it passed its capture budget while recorded (the queued operation's
     ``unheld`` counts by effect kind, with its ``budget``) are counted the same way, with a
-    detail naming the budget.
+    detail naming the budget; so are those it did not keep because its trace had reached its
+    event cap (``capped`` counts by effect kind, with its ``eventCap``).
 
     The counts come back in a :class:`CaptureBuild` next to the batch, for the uploader's
     stats (``capture_dropped_effects``). :func:`build_capture_batch` returns the batch alone.
@@ -337,17 +338,19 @@ class _Events:
 def _partial_detail(
     dropped: Mapping[str, int],
     replaced: int,
-    unheld: Mapping[str, int] | None = None,
-    budget: int = 0,
+    unkept: Sequence[tuple[Mapping[str, int], str]] = (),
 ) -> dict[str, str]:
+    """The ``detail`` of each partial capability. ``unkept`` pairs the counts (by capability)
+    of effects an operation did not keep while recorded with what stopped them."""
     details: dict[str, str] = {}
     for name, count in dropped.items():
         details[name] = (
             f"{count} effect event(s) dropped to fit the 49152-byte capture payload bound"
         )
-    for name, count in (unheld or {}).items():
-        note = f"{count} effect event(s) past the {budget}-byte capture budget not kept"
-        details[name] = f"{details[name]}; {note}" if name in details else note
+    for counts, limit in unkept:
+        for name, count in counts.items():
+            note = f"{count} effect event(s) past the {limit} not kept"
+            details[name] = f"{details[name]}; {note}" if name in details else note
     if replaced:
         note = f"{replaced} captured value(s) over 65536 bytes sent as identity only"
         details["http"] = f"{details['http']}; {note}" if "http" in details else note
@@ -401,11 +404,18 @@ def build_capture_result(
         if id(event) not in kept_ids:
             capability = _capability_of(event, claimed)
             dropped_by[capability] = dropped_by.get(capability, 0) + 1
-    unheld_by: dict[str, int] = {}
-    for kind, count in (operation.get("unheld") or {}).items():
-        capability = _capability_of({"effect": kind}, claimed)
-        unheld_by[capability] = unheld_by.get(capability, 0) + int(count)
-        dropped_count += int(count)
+    unkept: list[tuple[Mapping[str, int], str]] = []
+    for counts, limit in (
+        (operation.get("unheld"), f"{operation.get('budget', 0)}-byte capture budget"),
+        (operation.get("capped"), f"{operation.get('eventCap', 0)}-event capture cap"),
+    ):
+        by_capability: dict[str, int] = {}
+        for kind, count in (counts or {}).items():
+            capability = _capability_of({"effect": kind}, claimed)
+            by_capability[capability] = by_capability.get(capability, 0) + int(count)
+            dropped_count += int(count)
+        if by_capability:
+            unkept.append((by_capability, limit))
 
     chain = _Events()
     chain.replaced = replaced_first
@@ -440,7 +450,7 @@ def build_capture_result(
     if failure is not None:
         chain.add({"kind": "observation", "failure": failure}, closing)
 
-    partial = _partial_detail(dropped_by, chain.replaced, unheld_by, operation.get("budget", 0))
+    partial = _partial_detail(dropped_by, chain.replaced, unkept)
     batch: dict[str, Any] = {
         "version": CAPTURE_BATCH_VERSION,
         "batchId": batch_id,

@@ -493,6 +493,10 @@ class BackendTrace:
         budget (capture pipeline, heavy operations); the batch counts them as dropped."""
         self.capture_budget = 0
         """That budget in bytes (0: none)."""
+        self.capped_effects: dict[str, int] = {}
+        """Effects not kept, by effect kind, because the trace had reached its event cap
+        (capture pipeline, heavy operations: room is left for the ``return`` event); the
+        batch counts them as dropped."""
 
     @classmethod
     def begin(
@@ -659,6 +663,15 @@ class BackendTrace:
         """The bounded operation name every event carries."""
         name: str = self._common_now()["operation"]
         return name
+
+    @property
+    def max_events(self) -> int:
+        """The most events this trace holds (256, or a heavy capture's cap)."""
+        return self._max_events
+
+    def room_for_effect(self) -> bool:
+        """Whether an effect pushed now still leaves room for the ``return`` event."""
+        return len(self._events) < self._max_events - 1
 
     @property
     def capture_envelope(self) -> bool:

@@ -57,6 +57,7 @@ def expected_stats(**counts: Any) -> dict[str, Any]:
         "artifacts_refused": 0,
         "artifacts_failed": 0,
         "capture_over_budget": 0,
+        "capture_over_event_cap": 0,
         "ineligible": {},
         "queued": 0,
     }

@@ -142,6 +142,7 @@ def test_without_faults_the_same_run_captures_and_uploads(
         "artifacts_refused": 0,
         "artifacts_failed": 0,
         "capture_over_budget": 0,
+        "capture_over_event_cap": 0,
         "ineligible": {"not-a-failure": 4, "no-exchanges": 1},
         "queued": 0,
     }

@@ -101,6 +101,7 @@ def test_an_ingest_that_fails_changes_no_request_and_counts_every_capture(
         "artifacts_refused": 0,
         "artifacts_failed": 0,
         "capture_over_budget": 0,
+        "capture_over_event_cap": 0,
         "ineligible": {reason: 3 * n for reason, n in INELIGIBLE_PER_RUN.items()},
         "queued": 0,
     }

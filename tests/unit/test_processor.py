@@ -314,20 +314,35 @@ def test_too_many_exchanges_are_refused_and_counted() -> None:
 
 
 def test_heavy_capture_records_past_the_trace_limit_up_to_its_own(rig: Rig) -> None:
-    """With a capture budget (the default) a capture holds up to HEAVY_MAX_EVENTS events."""
+    """With a capture budget (the default) a capture holds up to HEAVY_MAX_EVENTS events;
+    exchanges past that cap are settled and counted, and the operation still finishes."""
     with rig.server():
         for number in range(HEAVY_MAX_EVENTS):
             record(f"GET /{number}")
     stats = rig.processor.stats()
-    # start, the effects that fit, and no room left for the return
-    assert (stats["exchanges_recorded"], stats["exchanges_lost"]) == (
-        HEAVY_MAX_EVENTS - 1,
-        1,
-    )
-    assert stats["incomplete_reasons"] == {
-        "exchange not recorded: TooManyEvents": 1,
-        "operation not finished: TooManyEvents": 1,
-    }
+    # start, the effects that fit, and room kept for the return
+    assert (stats["exchanges_recorded"], stats["exchanges_lost"]) == (HEAVY_MAX_EVENTS - 2, 2)
+    assert stats.get("incomplete_reasons", {}) == {}
+    [trace] = rig.sink.traces
+    assert (trace.capped_effects, trace.unheld_effects) == ({"call": 2}, {})
+    assert len(trace.events) == HEAVY_MAX_EVENTS
+    assert rig.returned()["effectsComplete"] is True
+
+
+@pytest.mark.parametrize(("cap", "kept"), [("300", 298), ("10", 254), ("99999", 400)])
+def test_the_event_cap_of_a_heavy_capture_comes_from_the_config(cap: str, kept: int) -> None:
+    """REPROIT_CAPTURE_MAX_EVENTS lowers the cap (clamped to 256..16384); the first exchanges
+    are kept, the later ones counted by kind."""
+    rig = Rig({"REPROIT_CAPTURE_MAX_EVENTS": cap})
+    with rig.server():
+        for number in range(400):
+            record(f"GET /{number}")
+    rig.provider.shutdown()
+    [trace] = rig.sink.traces
+    effects = [event for event in trace.events if event["kind"] == "effect"]
+    assert [event["key"] for event in effects] == [f"GET /{n}" for n in range(kept)]
+    assert trace.capped_effects == ({"call": 400 - kept} if kept < 400 else {})
+    assert rig.returned()["effectsComplete"] is True
 
 
 def test_heavy_capture_keeps_a_whole_operation_of_a_few_hundred_calls(rig: Rig) -> None:
