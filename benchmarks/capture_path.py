@@ -36,25 +36,28 @@ from benchmarks._common import PYTHON, ROOT, in_process_environment
 SHAPES = ("otel", "reproit-off", "reproit-on")
 
 
-def in_process_driver(shape: str, payload: str = "small") -> Callable[[int], None]:
+def in_process_driver(
+    shape: str, payload: str = "small", *, failing: bool = False
+) -> Callable[[int], None]:
     """Set this process up as ``shape`` and give back ``one(index)``: one ``GET /order``
     through the benchmark service as a WSGI call (no server, no socket to the app).
 
     ``shape`` is one of :data:`SHAPES` or ``bare`` or ``sentry`` (``_service.py``);
-    ``payload`` is ``small`` (29 bytes, one row) or ``large`` (64 KiB, 1,000 rows). Call it
-    before anything imports the service (the shape is read from the environment).
+    ``payload`` is ``small`` (29 bytes, one row) or ``large`` (64 KiB, 1,000 rows). With
+    ``failing`` every request asks for ``fail=1`` and must answer 500 (reproit-otel captures
+    it). Call it before anything imports the service (the shape is read from the
+    environment); a second call in the same process gives another driver of the same service.
+    For ``reproit-on`` an endpoint already in ``REPROIT_ENDPOINT`` is kept; without one,
+    uploads go to a closed loopback port.
     """
     if payload not in ("small", "large"):
         raise SystemExit(f"unknown payload {payload!r}: expected small or large")
     extra = "&payload=large" if payload == "large" else ""
+    extra += "&fail=1" if failing else ""
+    expected = "500" if failing else "200"
     if shape == "reproit-on":
-        os.environ.update(
-            {
-                "REPROIT_ENDPOINT": "http://127.0.0.1:9/v1/capture-batches",
-                "REPROIT_API_KEY": "bench-key",
-                "REPROIT_APP_ID": "bench",
-            }
-        )
+        os.environ.setdefault("REPROIT_ENDPOINT", "http://127.0.0.1:9/v1/capture-batches")
+        os.environ.update({"REPROIT_API_KEY": "bench-key", "REPROIT_APP_ID": "bench"})
     os.environ["BENCH_SHAPE"] = shape if shape in ("bare", "otel", "sentry") else "reproit"
     from werkzeug.test import EnvironBuilder
 
@@ -76,7 +79,7 @@ def in_process_driver(shape: str, payload: str = "small") -> Callable[[int], Non
         close = getattr(body, "close", None)
         if close is not None:
             close()
-        if not statuses or not statuses[0].startswith("200"):
+        if not statuses or not statuses[0].startswith(expected):
             raise SystemExit(f"unexpected answer {statuses!r}")
 
     return one
