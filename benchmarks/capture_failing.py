@@ -19,8 +19,9 @@ kinds of child process take turns over several passes, so each sees the same mac
     batches are built and posted while requests run. ``off``: the flush interval is an hour,
     so the request thread does exactly the same work (the failing operation is queued, the
     oldest pushed out past 64) but the uploader thread never builds or sends. A ticker thread
-    sleeps 1 ms at a time and records how late it wakes. Reported: request p50/p99/max and
-    the ticker's p99/max lateness.
+    sleeps 1 ms at a time and records how late it wakes. Reported: request p50/p99/max, the
+    ticker's p99/max lateness, and the garbage collector's full (gen-2) runs and longest
+    pause (a collection holds the interpreter whichever thread triggered it).
 
 ``drain``
     64 failing operations are queued with the uploader idle; then the main thread asks the
@@ -35,8 +36,8 @@ Prints only; writes nothing. No figure is checked by any test.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -47,6 +48,30 @@ from typing import Any
 from benchmarks._common import PYTHON, ROOT, Child, in_process_environment, percentile
 
 TICK_S = 0.001
+
+
+class Collections:
+    """The garbage collector's runs while it is entered: count of full (gen-2) runs and the
+    longest pause of any run (ms), so a long stretch can be told apart from a collection."""
+
+    def __init__(self) -> None:
+        self.full = 0
+        self.longest_ms = 0.0
+        self._started = 0.0
+
+    def _watch(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        self.longest_ms = max(self.longest_ms, (time.perf_counter() - self._started) * 1e3)
+        self.full += info["generation"] == 2
+
+    def __enter__(self) -> Collections:
+        gc.callbacks.append(self._watch)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._watch)
 
 
 class Ticker:
@@ -129,7 +154,7 @@ def _load_child(count: int, fail_every: int) -> dict[str, Any]:
     uploader.flush(timeout=30)
     sent_before = uploader.stats()["sent_batches"]
     timings = []
-    with Ticker() as ticker:
+    with Collections() as collections, Ticker() as ticker:
         for index in range(count):
             one = failing if index % fail_every == 0 else healthy
             started = time.perf_counter_ns()
@@ -141,6 +166,8 @@ def _load_child(count: int, fail_every: int) -> dict[str, Any]:
         "p99_us": round(percentile(ordered, 0.99), 1),
         "max_us": round(ordered[-1], 1),
         "sent_batches": uploader.stats()["sent_batches"] - sent_before,
+        "gen2_runs": collections.full,
+        "longest_gc_ms": round(collections.longest_ms, 1),
         **ticker.figures(),
     }
 
@@ -156,7 +183,7 @@ def _drain_child() -> dict[str, Any]:
     with Ticker() as idle:
         time.sleep(0.2)
     started = time.perf_counter()
-    with Ticker() as ticker:
+    with Collections() as collections, Ticker() as ticker:
         time.sleep(0.05)
         if not uploader.flush(timeout=60):
             raise SystemExit("the uploader did not send the 64 batches within 60 s")
@@ -165,6 +192,7 @@ def _drain_child() -> dict[str, Any]:
     return {
         "sent_batches": stats["sent_batches"],
         "drain_ms": round(seconds * 1e3, 1),
+        "longest_gc_ms": round(collections.longest_ms, 1),
         "idle": idle.figures(),
         "draining": ticker.figures(),
     }
@@ -213,9 +241,9 @@ def main(argv: list[str] | None = None) -> None:
             env = {**base, "REPROIT_ENDPOINT": endpoint}
             for number in range(args.passes):
                 medians = {}
-                for shape in cost:
+                for shape, rounds_of_shape in cost.items():
                     document = _run(env, "cost", shape, "--requests", str(args.requests))
-                    cost[shape].extend(document["fail_minus_healthy_us"])
+                    rounds_of_shape.extend(document["fail_minus_healthy_us"])
                     medians[shape] = statistics.median(document["fail_minus_healthy_us"])
                     rounds = " ".join(f"{v:+.0f}" for v in document["fail_minus_healthy_us"])
                     print(f"pass {number + 1} cost {shape:<11} failing - healthy cpu {rounds}")
@@ -251,14 +279,20 @@ def _report(
         + " ".join(f"{value:+.0f}" for value in net)
         + ")"
     )
-    print(f"{'uploads':<9}{'p50 µs':>9}{'p99 µs':>9}{'max µs':>9}{'tick p99':>10}{'tick max':>10}")
+    print(
+        f"{'uploads':<9}{'p50 µs':>9}{'p99 µs':>9}{'max µs':>9}{'tick p99':>10}{'tick max':>10}",
+        end="",
+    )
+    print(f"{'gen-2 runs':>12}{'longest gc ms':>15}")
     for mode, documents in load.items():
         figures = [
             statistics.median(d[key] for d in documents)
             for key in ("p50_us", "p99_us", "max_us", "p99_late_us", "max_late_us")
         ]
         print(f"{mode:<9}" + "".join(f"{v:>9.0f}" for v in figures[:3]), end="")
-        print("".join(f"{v:>10.0f}" for v in figures[3:]))
+        print("".join(f"{v:>10.0f}" for v in figures[3:]), end="")
+        full = sum(d["gen2_runs"] for d in documents)
+        print(f"{full:>12}{max(d['longest_gc_ms'] for d in documents):>15.1f}")
     p99 = [on["p99_us"] - off["p99_us"] for on, off in zip(load["on"], load["off"], strict=True)]
     sent = statistics.median(d["sent_batches"] for d in load["on"])
     print(
@@ -271,7 +305,8 @@ def _report(
     drain_ms = statistics.median(d["drain_ms"] for d in drains)
     print(
         f"uploader draining 64 batches: {drain_ms:.0f} ms; longest ticker lateness"
-        f" {longest:.0f} µs (idle process: {idle:.0f} µs)"
+        f" {longest:.0f} µs (idle process: {idle:.0f} µs); longest gc pause"
+        f" {max(d['longest_gc_ms'] for d in drains):.1f} ms"
     )
 
 
