@@ -231,6 +231,11 @@ def _shell(value: Any) -> tuple[Any, bool]:
     return value, False
 
 
+# Values of these exact types are recorded as they are (what ``_shell`` gives them); testing
+# the type first spares a call per value on the failing path, which redacts every row and body.
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
 def redact(value: Any) -> Any:
     """A copy of ``value`` whose secret-keyed values are placeholders (section 3.2)."""
     result, is_container = _shell(value)
@@ -243,12 +248,18 @@ def redact(value: Any) -> Any:
                 if _is_secret_name(name):
                     target[name] = child if is_placeholder(child) else placeholder(child)
                     continue
+                if type(child) in _PLAIN:
+                    target[name] = child
+                    continue
                 copy, is_container = _shell(child)
                 target[name] = copy
                 if is_container:
                     pending.append((child, copy))
         else:
             for child in source:
+                if type(child) in _PLAIN:
+                    target.append(child)
+                    continue
                 copy, is_container = _shell(child)
                 target.append(copy)
                 if is_container:
