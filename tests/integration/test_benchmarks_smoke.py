@@ -149,3 +149,23 @@ def test_capture_scaling_smoke(postgres_dsn: str) -> None:
     assert rows[("otel", "small")][2] == rows[("otel", "large")][2] == "+0"
     for stack in ("reproit-on", "sentry"):
         assert f"{stack} over otel, large payload minus small payload, thread CPU:" in done.stdout
+
+
+@pytest.mark.postgres
+def test_capture_failing_smoke(postgres_dsn: str) -> None:
+    # Failing against healthy in both stacks, the load with uploads on and off, and the
+    # uploader draining its queue all run, and every upload reached the loopback ingest
+    # (no figure is asserted).
+    env = {**os.environ, "REPROIT_TEST_PG_DSN": postgres_dsn}
+    done = _benchmark("capture_failing", "--passes", "1", "--requests", "20", env=env)
+    lines = done.stdout.splitlines()
+    for shape in ("otel", "reproit-on"):
+        assert any(line.startswith(f"{shape} failing minus healthy, thread CPU:") for line in lines)
+    assert any(line.startswith("failing over healthy, reproit-otel's part") for line in lines)
+    rows = {line.split()[0] for line in lines if line.split()[:1] in (["on"], ["off"])}
+    assert rows == {"on", "off"}
+    drains = [json.loads(line.split(" drain ", 1)[1]) for line in lines if " drain " in line]
+    assert [drain["sent_batches"] for drain in drains] == [64]
+    loads = [json.loads(line.split(" off ", 1)[1]) for line in lines if "uploads off " in line]
+    assert [load["sent_batches"] for load in loads] == [0]
+    assert any(line.startswith("request p99, uploads on minus off:") for line in lines)
