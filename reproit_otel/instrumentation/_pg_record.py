@@ -55,6 +55,10 @@ per connection, whose callbacks are the standard library's and only drop the ent
 cursor dropped unfetched and collected anywhere runs nothing of reproit-otel. Should the
 application's own finalizer close a cursor or a connection, the exchange's finish is handed
 over while the thread is collecting (``recording.py``, "Finalizers").
+
+Where the parts live: what a statement keeps and the exchange built from it is
+:mod:`._pg_statement`, mixing a layer into the application's class is :mod:`._pg_mixing`;
+this module holds the layers and decides when each exchange finishes.
 """
 
 from __future__ import annotations
@@ -71,25 +75,33 @@ from psycopg2 import extensions as _ext
 from reproit_otel import recording
 from reproit_otel._guard import absorb
 from reproit_otel.instrumentation import _pg_setup
-from reproit_otel.instrumentation._exceptions import exception_type_name
 from reproit_otel.instrumentation._pg_common import (
     LIBRARY,
-    RESOURCE,
     callproc_text,
-    column_entry,
-    effect_key,
     effect_kind,
     statement_text,
 )
+from reproit_otel.instrumentation._pg_mixing import mixed_class
+from reproit_otel.instrumentation._pg_statement import (
+    _INTERNAL,
+    _LATER,
+    _MANY,
+    _NO_REQUEST,
+    _encode_rows,
+    _raw_rows,
+    _read_result,
+    _Statement,
+    _statement,
+    build_row,
+    error_response,
+)
 from reproit_otel.instrumentation._pg_values import (
     UnsupportedValue,
-    column_keys,
     encode_params,
-    encode_value,
 )
 from reproit_otel.wire._js import _JS_SPACE
 from reproit_otel.wire.bounds import MAX_PG_ROWS
-from reproit_otel.wire.sql_redaction import redact_sql_values, redacted_originals, scrub_echoes
+from reproit_otel.wire.sql_redaction import redact_sql_values
 
 __all__ = [
     "RecordingConnection",
@@ -105,28 +117,18 @@ __all__ = [
 _active = False
 _CURSOR_CACHE_ATTR = "_reproit_recording_cursor"
 _CONN_CACHE_ATTR = "_reproit_recording_connection"
-_c_type_cache: dict[tuple[type, type], type] = {}
 
 # The C methods below the recording layers. A layer is always the last base before the C
 # type in the method resolution order, so these are exactly what ``super()`` finds there.
 _execute = _ext.cursor.execute
 _executemany = _ext.cursor.executemany
 _callproc = _ext.cursor.callproc
-_fetchmany = _ext.cursor.fetchmany
-_scroll = _ext.cursor.scroll
 _cursor = _ext.connection.cursor
-
-_INTERNAL = "internal error while recording a statement"
-_NO_REQUEST = "the statement could not be recorded"
 
 # Parameter types whose encoding cannot change once the statement ran: a tuple of these is
 # kept as it is and encoded only if the exchange is built (anything else is encoded at once).
 _LASTING = frozenset({int, str, float, bool, type(None), bytes, uuid.UUID, dt.date})
 _NAIVE = frozenset({dt.datetime, dt.time})  # lasting while they carry no tzinfo
-_LATER: Any = object()  # ``_Statement.values`` of parameters encoded in build()
-# ``_Statement.params`` of an ``executemany``: ``values`` is a list of parameter sets, each
-# already redacted by the column it binds to.
-_MANY: Any = object()
 
 # effect_kind() without its calls for the usual statement heads: every ASCII spelling of
 # SELECT and SHOW is a read; a head with no leading white space needs no trimming.
@@ -150,26 +152,6 @@ def _render(cursor: Any) -> Callable[[Any], str]:
     return render
 
 
-def _request(text: str, values: Any) -> dict[str, Any]:
-    request: dict[str, Any] = {"text": text}
-    if values:
-        request["values"] = values
-    return request
-
-
-def error_response(error: BaseException) -> dict[str, Any]:
-    """The recorded ``response`` of a call that raised ``error``."""
-    fields: dict[str, Any] = {
-        "message": str(error),
-        "code": getattr(error, "pgcode", None),
-        "type": exception_type_name(error),
-    }
-    pgerror = getattr(error, "pgerror", None)
-    if pgerror is not None:
-        fields["pgerror"] = pgerror
-    return {"error": fields}
-
-
 def _effect(text: str) -> str:
     """:func:`effect_kind` of ``text``, with no call for an ASCII ``SELECT``/``SHOW`` head."""
     if text[:6] in _SELECT_HEADS or text[:4] in _SHOW_HEADS:
@@ -179,119 +161,6 @@ def _effect(text: str) -> str:
     # No leading white space: trimming could only shorten the head at its end, which changes
     # neither its first letters nor their upper case.
     return "read" if text[:8].upper().startswith(_READ_WORDS) else "write"
-
-
-class _Statement:
-    """What was seen of one statement, and the ``build()`` of its exchange.
-
-    ``text`` and ``values`` (or ``params`` when ``values`` is ``_LATER``) make the request.
-    The response is ``response`` when it was built at once (an error), else it is built from
-    ``command``, ``row_count``, ``description`` and either ``rows`` (already encoded, a named
-    cursor) or ``raw`` (the first rows as read, a client-side cursor; ``None``: no result).
-    """
-
-    __slots__ = (
-        "command",
-        "description",
-        "params",
-        "raw",
-        "response",
-        "row_count",
-        "rows",
-        "setup",
-        "text",
-        "values",
-    )
-
-    text: str
-    values: Any
-    params: Any
-    response: dict[str, Any] | None
-    command: Any
-    row_count: int
-    description: Any
-    rows: list[dict[str, Any]] | None
-    raw: list[tuple[Any, ...]] | None
-    setup: list[dict[str, Any]] | None  # answers the connection learned before (_pg_setup)
-
-    def build(self) -> tuple[str, str, dict[str, Any]]:
-        """``(resource, key, exchange)`` (run only when the exchange is wanted)."""
-        try:
-            values = self.values
-            if values is _LATER:
-                values = encode_params(self.params)
-            if self.params is not _MANY:
-                values = redact_sql_values(self.text, values)
-            request = _request(self.text, values)
-        except Exception as exc:
-            absorb("psycopg2.request", exc)
-            raise recording.Unrecordable(_NO_REQUEST) from None
-        failure = _INTERNAL
-        try:
-            response = self._response()
-            if "error" in response:
-                response = _scrubbed_error(self.text, self.params is _MANY, values, response)
-            exchange = {"protocol": "pg", "request": request, "response": response}
-            setup = getattr(self, "setup", None)
-            if setup:
-                exchange["setup"] = setup
-            key = effect_key(self.text)
-        except UnsupportedValue as error:
-            failure = str(error)
-        except Exception as exc:
-            absorb("psycopg2.record", exc)
-        else:
-            return RESOURCE, key, exchange
-        raise recording.Unrecordable(failure)
-
-    def _response(self) -> dict[str, Any]:
-        if self.response is not None:
-            return self.response
-        rows = self.rows
-        if rows is not None:
-            return _result_response(
-                self.command, self.row_count, self.description, rows, self.row_count
-            )
-        raw = self.raw
-        if raw is None:
-            return _result_response(self.command, self.row_count, None, [], 0)
-        names = [column.name for column in self.description]
-        return _result_response(
-            self.command,
-            self.row_count,
-            self.description,
-            _encode_rows(names, raw[:MAX_PG_ROWS]),
-            max(self.row_count, len(raw)),
-        )
-
-
-def _scrubbed_error(text: str, many: bool, values: Any, response: dict[str, Any]) -> dict[str, Any]:
-    """``response`` with the values the request redacts scrubbed from its error texts (an
-    error message or ``DETAIL`` may echo a parameter: ``Key (email)=(a@b.c) already exists``).
-    """
-    originals: list[str] = []
-    for item in values if many and isinstance(values, list) else [values]:
-        originals.extend(redacted_originals(text, item))
-    error = response.get("error")
-    if not isinstance(error, dict):
-        return response
-    scrubbed = dict(error)
-    for field in ("message", "pgerror"):
-        if field in scrubbed:
-            scrubbed[field] = scrub_echoes(scrubbed[field], originals)
-    return {**response, "error": scrubbed}
-
-
-def _statement(text: str, values: Any) -> _Statement:
-    """A statement whose request was read at once (the uncommon paths)."""
-    statement = _Statement()
-    statement.text = text
-    statement.values = values
-    statement.params = None
-    statement.response = None
-    statement.rows = None
-    statement.raw = None
-    return statement
 
 
 def _finish(recorder: recording.ExchangeRecorder, statement: _Statement) -> None:
@@ -340,65 +209,6 @@ def _failed(
     except Exception as exc:
         recorder.fail(_INTERNAL)
         absorb("psycopg2.record", exc)
-
-
-def _read_result(cursor: Any, statement: _Statement) -> None:
-    """Read a client-side cursor's result into ``statement`` right after its statement ran
-    (the rows without the row factory, then the cursor is rewound for the application)."""
-    description = cursor.description
-    if description is not None:
-        factory = cursor.row_factory
-        cursor.row_factory = None
-        try:
-            raw = _fetchmany(cursor, MAX_PG_ROWS + 1)
-        finally:
-            cursor.row_factory = factory
-        if raw:
-            _scroll(cursor, 0, "absolute")
-        statement.raw = raw
-    statement.command = cursor.statusmessage
-    statement.row_count = cursor.rowcount
-    statement.description = description
-
-
-def _raw_rows(cursor: Any, fetch: Callable[..., Any], *args: Any) -> Any:
-    """Call a C fetch method with no row factory, so the result holds plain value tuples."""
-    factory = cursor.row_factory
-    cursor.row_factory = None
-    try:
-        return fetch(cursor, *args)
-    finally:
-        cursor.row_factory = factory
-
-
-def build_row(cursor: Any, values: tuple[Any, ...]) -> Any:
-    """Build a row exactly as the C cursor does: ``row_factory(cursor)`` then ``row[i] = v``."""
-    factory = cursor.row_factory
-    if factory is None:
-        return values
-    row = factory(cursor)
-    for index, value in enumerate(values):
-        row[index] = value
-    return row
-
-
-def _encode_rows(names: list[str], rows: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
-    keys = column_keys(names)
-    return [
-        {key: encode_value(value) for key, value in zip(keys, row, strict=False)} for row in rows
-    ]
-
-
-def _result_response(
-    command: Any, row_count: int, description: Any, rows: list[dict[str, Any]], total: int
-) -> dict[str, Any]:
-    response: dict[str, Any] = {"command": command, "rowCount": row_count, "rows": rows}
-    if total > MAX_PG_ROWS:
-        response["truncated"] = True
-    response["columns"] = (
-        None if description is None else [column_entry(column) for column in description]
-    )
-    return response
 
 
 class _Pending:
@@ -742,7 +552,7 @@ class RecordingConnection(_ext.connection):
         if factory is None or factory is _ext.cursor:
             mixed = _PLAIN_LAYERS[named]
         else:
-            try:  # the cache _mixed keeps on the class itself
+            try:  # the cache mixed_class keeps on the class itself
                 mixed = factory.__dict__[_CURSOR_CACHE_ATTR][named]
             except (AttributeError, KeyError, TypeError):
                 mixed = None
@@ -769,68 +579,22 @@ class RecordingConnection(_ext.connection):
         return super().close()
 
 
-def _mixed(base: Any, layer: type, cache_attr: str, root: type, slot: int) -> Any:
-    """``base`` with ``layer`` mixed in just above the C type ``root``.
-
-    Cached on ``base`` itself (``base.__dict__[cache_attr][slot]``, so a class made per
-    connection is freed with it), or in a module table for C types.
-    """
-    if not isinstance(base, type) or not issubclass(base, root):
-        return base  # a factory function: nothing to subclass, left unrecorded
-    if issubclass(base, layer):
-        return base
-    heap = _is_heap(base) and base is not root
-    pair: list[Any] = []
-    if not heap:
-        cached = _c_type_cache.get((base, layer))
-        if cached is not None:
-            return cached
-    else:
-        if cache_attr in base.__dict__:
-            pair = base.__dict__[cache_attr]
-        else:
-            pair = [None, None]
-            setattr(base, cache_attr, pair)
-        if pair[slot] is not None:
-            return pair[slot]
-    if base is root:
-        # The layer on its own, under psycopg2's name ("cursor", "connection").
-        namespace = {"__module__": root.__module__, "__qualname__": root.__qualname__}
-        mixed: Any = type(root.__name__, (layer,), namespace)
-    else:
-        namespace = {"__module__": base.__module__, "__qualname__": base.__qualname__}
-        metaclass: Any = type(base)
-        mixed = metaclass(base.__name__, (base, layer), namespace)
-    if heap:
-        pair[slot] = mixed
-    else:
-        _c_type_cache[(base, layer)] = mixed
-    return mixed
-
-
-_HEAPTYPE = 1 << 9
-
-
-def _is_heap(cls: type) -> bool:
-    return bool(cls.__flags__ & _HEAPTYPE)
-
-
 def recording_cursor_class(factory: Any, *, named: bool = False) -> Any:
     """The application's cursor class with the recording layer mixed in
     (:class:`RecordingNamedCursor` for a named cursor, else :class:`RecordingCursor`)."""
     if named:
-        return _mixed(factory, RecordingNamedCursor, _CURSOR_CACHE_ATTR, _ext.cursor, 1)
-    return _mixed(factory, RecordingCursor, _CURSOR_CACHE_ATTR, _ext.cursor, 0)
+        return mixed_class(factory, RecordingNamedCursor, _CURSOR_CACHE_ATTR, _ext.cursor, 1)
+    return mixed_class(factory, RecordingCursor, _CURSOR_CACHE_ATTR, _ext.cursor, 0)
 
 
 def recording_connection_class(factory: Any) -> Any:
     """The application's connection class with :class:`RecordingConnection` mixed in."""
     if factory is None or factory is _ext.connection:
         return _plain_connection
-    return _mixed(factory, RecordingConnection, _CONN_CACHE_ATTR, _ext.connection, 0)
+    return mixed_class(factory, RecordingConnection, _CONN_CACHE_ATTR, _ext.connection, 0)
 
 
-_plain_connection: Any = _mixed(
+_plain_connection: Any = mixed_class(
     _ext.connection, RecordingConnection, _CONN_CACHE_ATTR, _ext.connection, 0
 )
 # psycopg2's own cursor with each layer (a client-side cursor first, then a named one).

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from reproit_otel import _guard, uploader
-from reproit_otel.instrumentation import _pg_record, _requests_record, wsgi
+from reproit_otel.instrumentation import _pg_record, _pg_statement, _requests_record, wsgi
 from reproit_otel.processor import ReproitSpanProcessor
 from reproit_otel.uploader import Uploader
 from tests.integration.loopback_ingest import LoopbackIngest
@@ -40,8 +40,8 @@ HOOKS: list[tuple[Any, str, str | None]] = [
     (_requests_record, "recorded_url", "requests.build_exchange"),
     (_pg_record, "recording_connection_class", "psycopg2.connect"),
     (_pg_record, "_finish", "psycopg2.record"),
-    (_pg_record, "_encode_rows", "psycopg2.record"),
-    (_pg_record, "_request", "psycopg2.request"),
+    (_pg_statement, "_encode_rows", "psycopg2.record"),
+    (_pg_statement, "_request", "psycopg2.request"),
     (wsgi, "inbound_from_environ", "wsgi.inbound"),
     (wsgi._Exchange, "finish", "wsgi.finish"),
     (Uploader, "_record", "uploader.record"),

@@ -1,0 +1,235 @@
+"""One recorded psycopg2 statement: what is kept while it runs, and the exchange built from it.
+
+The recording layers of :mod:`._pg_record` fill a :class:`_Statement` as a statement runs
+(its text, its parameters as they are or encoded at once, and for a client-side cursor the
+first rows as read, before the application reads them) and hand its ``build()`` over to the
+operation. ``build()`` runs only for an operation that may be uploaded: it encodes the
+parameters and rows, redacts the values by column, scrubs echoed values from error texts and
+returns the ``pg`` exchange (PROTOCOL 4.4). See :mod:`._pg_record` for what is recorded and when.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from psycopg2 import extensions as _ext
+
+from reproit_otel import recording
+from reproit_otel._guard import absorb
+from reproit_otel.instrumentation._exceptions import exception_type_name
+from reproit_otel.instrumentation._pg_common import RESOURCE, column_entry, effect_key
+from reproit_otel.instrumentation._pg_values import (
+    UnsupportedValue,
+    column_keys,
+    encode_params,
+    encode_value,
+)
+from reproit_otel.wire.bounds import MAX_PG_ROWS
+from reproit_otel.wire.sql_redaction import redact_sql_values, redacted_originals, scrub_echoes
+
+__all__ = ["build_row", "error_response"]
+
+# The C methods that read a client-side cursor's result (below every Python layer, so the
+# rows come back without the application's row conversions).
+_fetchmany = _ext.cursor.fetchmany
+_scroll = _ext.cursor.scroll
+
+_INTERNAL = "internal error while recording a statement"
+_NO_REQUEST = "the statement could not be recorded"
+_LATER: Any = object()  # ``_Statement.values`` of parameters encoded in build()
+# ``_Statement.params`` of an ``executemany``: ``values`` is a list of parameter sets, each
+# already redacted by the column it binds to.
+_MANY: Any = object()
+
+
+def _request(text: str, values: Any) -> dict[str, Any]:
+    request: dict[str, Any] = {"text": text}
+    if values:
+        request["values"] = values
+    return request
+
+
+def error_response(error: BaseException) -> dict[str, Any]:
+    """The recorded ``response`` of a call that raised ``error``."""
+    fields: dict[str, Any] = {
+        "message": str(error),
+        "code": getattr(error, "pgcode", None),
+        "type": exception_type_name(error),
+    }
+    pgerror = getattr(error, "pgerror", None)
+    if pgerror is not None:
+        fields["pgerror"] = pgerror
+    return {"error": fields}
+
+
+class _Statement:
+    """What was seen of one statement, and the ``build()`` of its exchange.
+
+    ``text`` and ``values`` (or ``params`` when ``values`` is ``_LATER``) make the request.
+    The response is ``response`` when it was built at once (an error), else it is built from
+    ``command``, ``row_count``, ``description`` and either ``rows`` (already encoded, a named
+    cursor) or ``raw`` (the first rows as read, a client-side cursor; ``None``: no result).
+    """
+
+    __slots__ = (
+        "command",
+        "description",
+        "params",
+        "raw",
+        "response",
+        "row_count",
+        "rows",
+        "setup",
+        "text",
+        "values",
+    )
+
+    text: str
+    values: Any
+    params: Any
+    response: dict[str, Any] | None
+    command: Any
+    row_count: int
+    description: Any
+    rows: list[dict[str, Any]] | None
+    raw: list[tuple[Any, ...]] | None
+    setup: list[dict[str, Any]] | None  # answers the connection learned before (_pg_setup)
+
+    def build(self) -> tuple[str, str, dict[str, Any]]:
+        """``(resource, key, exchange)`` (run only when the exchange is wanted)."""
+        try:
+            values = self.values
+            if values is _LATER:
+                values = encode_params(self.params)
+            if self.params is not _MANY:
+                values = redact_sql_values(self.text, values)
+            request = _request(self.text, values)
+        except Exception as exc:
+            absorb("psycopg2.request", exc)
+            raise recording.Unrecordable(_NO_REQUEST) from None
+        failure = _INTERNAL
+        try:
+            response = self._response()
+            if "error" in response:
+                response = _scrubbed_error(self.text, self.params is _MANY, values, response)
+            exchange = {"protocol": "pg", "request": request, "response": response}
+            setup = getattr(self, "setup", None)
+            if setup:
+                exchange["setup"] = setup
+            key = effect_key(self.text)
+        except UnsupportedValue as error:
+            failure = str(error)
+        except Exception as exc:
+            absorb("psycopg2.record", exc)
+        else:
+            return RESOURCE, key, exchange
+        raise recording.Unrecordable(failure)
+
+    def _response(self) -> dict[str, Any]:
+        if self.response is not None:
+            return self.response
+        rows = self.rows
+        if rows is not None:
+            return _result_response(
+                self.command, self.row_count, self.description, rows, self.row_count
+            )
+        raw = self.raw
+        if raw is None:
+            return _result_response(self.command, self.row_count, None, [], 0)
+        names = [column.name for column in self.description]
+        return _result_response(
+            self.command,
+            self.row_count,
+            self.description,
+            _encode_rows(names, raw[:MAX_PG_ROWS]),
+            max(self.row_count, len(raw)),
+        )
+
+
+def _scrubbed_error(text: str, many: bool, values: Any, response: dict[str, Any]) -> dict[str, Any]:
+    """``response`` with the values the request redacts scrubbed from its error texts (an
+    error message or ``DETAIL`` may echo a parameter: ``Key (email)=(a@b.c) already exists``).
+    """
+    originals: list[str] = []
+    for item in values if many and isinstance(values, list) else [values]:
+        originals.extend(redacted_originals(text, item))
+    error = response.get("error")
+    if not isinstance(error, dict):
+        return response
+    scrubbed = dict(error)
+    for field in ("message", "pgerror"):
+        if field in scrubbed:
+            scrubbed[field] = scrub_echoes(scrubbed[field], originals)
+    return {**response, "error": scrubbed}
+
+
+def _statement(text: str, values: Any) -> _Statement:
+    """A statement whose request was read at once (the uncommon paths)."""
+    statement = _Statement()
+    statement.text = text
+    statement.values = values
+    statement.params = None
+    statement.response = None
+    statement.rows = None
+    statement.raw = None
+    return statement
+
+
+def _read_result(cursor: Any, statement: _Statement) -> None:
+    """Read a client-side cursor's result into ``statement`` right after its statement ran
+    (the rows without the row factory, then the cursor is rewound for the application)."""
+    description = cursor.description
+    if description is not None:
+        factory = cursor.row_factory
+        cursor.row_factory = None
+        try:
+            raw = _fetchmany(cursor, MAX_PG_ROWS + 1)
+        finally:
+            cursor.row_factory = factory
+        if raw:
+            _scroll(cursor, 0, "absolute")
+        statement.raw = raw
+    statement.command = cursor.statusmessage
+    statement.row_count = cursor.rowcount
+    statement.description = description
+
+
+def _raw_rows(cursor: Any, fetch: Callable[..., Any], *args: Any) -> Any:
+    """Call a C fetch method with no row factory, so the result holds plain value tuples."""
+    factory = cursor.row_factory
+    cursor.row_factory = None
+    try:
+        return fetch(cursor, *args)
+    finally:
+        cursor.row_factory = factory
+
+
+def build_row(cursor: Any, values: tuple[Any, ...]) -> Any:
+    """Build a row exactly as the C cursor does: ``row_factory(cursor)`` then ``row[i] = v``."""
+    factory = cursor.row_factory
+    if factory is None:
+        return values
+    row = factory(cursor)
+    for index, value in enumerate(values):
+        row[index] = value
+    return row
+
+
+def _encode_rows(names: list[str], rows: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    keys = column_keys(names)
+    return [
+        {key: encode_value(value) for key, value in zip(keys, row, strict=False)} for row in rows
+    ]
+
+
+def _result_response(
+    command: Any, row_count: int, description: Any, rows: list[dict[str, Any]], total: int
+) -> dict[str, Any]:
+    response: dict[str, Any] = {"command": command, "rowCount": row_count, "rows": rows}
+    if total > MAX_PG_ROWS:
+        response["truncated"] = True
+    response["columns"] = (
+        None if description is None else [column_entry(column) for column in description]
+    )
+    return response
