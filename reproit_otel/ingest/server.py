@@ -61,4 +61,7 @@ class IngestServer(uvicorn.Server):
             state = self.app_state
             if state is not None and getattr(state, "public_url", None) is None:
                 state.public_url = listening  # what the page's replay line names by default
-            print(f"{LISTENING_PREFIX}{listening}", file=sys.stderr, flush=True)
+            # One write: print() writes the text and the newline apart, and the retention
+            # thread may log a line in between.
+            sys.stderr.write(f"{LISTENING_PREFIX}{listening}\n")
+            sys.stderr.flush()
