@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from reproit_otel.uploader import Uploader, UploaderSettings
+from reproit_otel.capture.uploader import Uploader, UploaderSettings
 from reproit_otel.wire.batch import CaptureSettings
 from tests.integration.capture_helpers import failing_trace
 from tests.integration.loopback_ingest import HANG, LoopbackIngest, down_url

@@ -48,7 +48,7 @@ _EXPORTS: dict[str, str] = {
     "ReproitConfig": "reproit_otel.config",
     "ReproitError": "reproit_otel.errors",
     "ReproitReplayInstrumentor": "reproit_otel.replay",
-    "ReproitSpanProcessor": "reproit_otel.processor",
+    "ReproitSpanProcessor": "reproit_otel.capture.processor",
     "ReproitWSGIMiddleware": "reproit_otel.instrumentation.wsgi",
     "RequestsReplayInstrumentor": "reproit_otel.instrumentation.requests",
     "SECRET_PARTS": "reproit_otel.wire.redaction",
@@ -59,7 +59,7 @@ _EXPORTS: dict[str, str] = {
     "TraceContext": "reproit_otel.wire.trace",
     "TraceError": "reproit_otel.errors",
     "UNSET": "reproit_otel.wire._js",
-    "Uploader": "reproit_otel.uploader",
+    "Uploader": "reproit_otel.capture.uploader",
     "body_delta": "reproit_otel.wire.matching",
     "boundary": "reproit_otel.instrumentation.invoke",
     "bounded_body": "reproit_otel.wire.bounds",
@@ -197,6 +197,12 @@ if TYPE_CHECKING:  # pragma: no cover - static types of the lazily loaded names
         install,
         uninstall,
     )
+    from reproit_otel.capture.processor import (
+        ReproitSpanProcessor,
+    )
+    from reproit_otel.capture.uploader import (
+        Uploader,
+    )
     from reproit_otel.ci import (
         current_test_trace,
     )
@@ -229,16 +235,10 @@ if TYPE_CHECKING:  # pragma: no cover - static types of the lazily loaded names
     from reproit_otel.instrumentation.wsgi import (
         ReproitWSGIMiddleware,
     )
-    from reproit_otel.processor import (
-        ReproitSpanProcessor,
-    )
     from reproit_otel.replay import (
         ReproitReplayInstrumentor,
         install_replay,
         uninstall_replay,
-    )
-    from reproit_otel.uploader import (
-        Uploader,
     )
     from reproit_otel.wire._js import (
         UNSET,

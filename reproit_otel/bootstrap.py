@@ -25,12 +25,12 @@ What :func:`install` does (once per provider; a second call returns the same pro
 1. reads the configuration (``config.py``); with ``REPROIT_DISABLED=1`` or an unusable
    configuration it does nothing; otherwise it registers the configured secret values
    (``REPROIT_SECRET_VALUES``, or ``secret_values`` of a given configuration) with
-   :func:`reproit_otel.recording.register_secret_values`, so everything that keeps secrets
+   :func:`reproit_otel.capture.recording.register_secret_values`, so everything that keeps secrets
    out of what reproit-otel writes (invoke-boundary fixtures, replay's redaction of live
    calls) knows them, not only the span processor (decision D8);
 2. with ``REPROIT_REPLAY`` set, installs hermetic replay (``reproit_otel.replay``) instead of
    recording, and stops there;
-3. adds :class:`~reproit_otel.processor.ReproitSpanProcessor` to the provider, with the
+3. adds :class:`~reproit_otel.capture.processor.ReproitSpanProcessor` to the provider, with the
    uploader as its sink when capture is configured (``REPROIT_ENDPOINT``, ``REPROIT_API_KEY``,
    ``REPROIT_APP_ID``) and the debug dump when ``REPROIT_DEBUG_DUMP`` is set;
 4. installs the recorders (``requests``, ``psycopg2``) whose library is importable, the
@@ -70,9 +70,9 @@ from opentelemetry.sdk.trace.sampling import (
 from reproit_otel._guard import guarded
 from reproit_otel._local_log import install_local_fallback, uninstall_local_fallback
 from reproit_otel._stderr import ensure_visible
+from reproit_otel.capture.processor import DebugDumpSink, OperationSink, ReproitSpanProcessor
+from reproit_otel.capture.recording import register_secret_values
 from reproit_otel.config import ReproitConfig, load_config
-from reproit_otel.processor import DebugDumpSink, OperationSink, ReproitSpanProcessor
-from reproit_otel.recording import register_secret_values
 
 __all__ = [
     "RecordDroppedSampler",
@@ -101,7 +101,7 @@ _replaying = False
 def _sinks(config: ReproitConfig) -> list[OperationSink]:
     sinks: list[OperationSink] = []
     if config.capture_enabled:
-        from reproit_otel.uploader import Uploader  # only when capturing
+        from reproit_otel.capture.uploader import Uploader  # only when capturing
 
         uploader = Uploader.from_config(config)
         if uploader is not None:

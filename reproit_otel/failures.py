@@ -30,8 +30,8 @@ import sysconfig
 import threading
 from typing import Any
 
-from reproit_otel import recording
 from reproit_otel._guard import guarded
+from reproit_otel.capture import recording
 from reproit_otel.wire.canonical import ordered_json
 from reproit_otel.wire.exception import FrameRoots, exception_record
 

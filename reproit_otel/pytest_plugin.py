@@ -68,8 +68,8 @@ from typing import Any, Final
 
 import pytest
 
-from reproit_otel import recording
 from reproit_otel._guard import guarded
+from reproit_otel.capture import recording
 from reproit_otel.ci import naming
 from reproit_otel.ci.markers import RealStderr, capsule_marker, test_marker
 from reproit_otel.ci.pipeline import CiRecordingPipeline, CiTrace, _set_active
@@ -218,7 +218,7 @@ class CaptureMode:
         self._installed: list[Any] = []
 
     def start(self) -> None:
-        from reproit_otel.recording import set_override_pipeline
+        from reproit_otel.capture.recording import set_override_pipeline
 
         set_override_pipeline(self.pipeline)
         _set_active(self.pipeline)
@@ -232,7 +232,7 @@ class CaptureMode:
             self._installed.append(module)
 
     def stop(self) -> None:
-        from reproit_otel.recording import clear_override_pipeline
+        from reproit_otel.capture.recording import clear_override_pipeline
 
         for module in self._installed:
             with guarded("pytest_plugin.uninstall_recorder"):

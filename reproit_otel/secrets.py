@@ -25,7 +25,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
-from reproit_otel.recording import register_secret_values
+from reproit_otel.capture.recording import register_secret_values
 
 __all__ = ["get", "read_in_current_call", "set_source", "tracking_call"]
 

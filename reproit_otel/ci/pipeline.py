@@ -1,7 +1,7 @@
 """The recording pipeline of CI capture mode: every exchange belongs to the running test.
 
 While capture is on, the pytest plugin installs one :class:`CiRecordingPipeline` as the
-override pipeline of :mod:`reproit_otel.recording`, so it is asked before any span processor
+override pipeline of :mod:`reproit_otel.capture.recording`, so it is asked before any span processor
 of the same process. It holds at most one test trace at a time (pytest runs one test per
 process; pytest-xdist workers are separate processes): from the start of a test's setup to the
 end of its teardown, every exchange a recorder sees, on any thread, is pushed onto that test's
@@ -22,7 +22,7 @@ written: effects past the cap are dropped and counted in :attr:`CiTrace.dropped_
 never raised into the test.
 
 Configured secret values (``REPROIT_SECRET_VALUES`` and
-:func:`reproit_otel.recording.register_secret_values`) are replaced in every string of an
+:func:`reproit_otel.capture.recording.register_secret_values`) are replaced in every string of an
 exchange, its key and its resource before the effect is pushed (decision D8).
 
 Locks. ``CiTrace._cap_lock`` makes "is there room left? push" one step; the effect is
@@ -40,12 +40,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from reproit_otel._guard import guarded
-from reproit_otel.errors import TraceError
-from reproit_otel.recording import (
+from reproit_otel.capture.recording import (
     ExchangeRecorder,
     registered_secret_values,
     watch_collections,
 )
+from reproit_otel.errors import TraceError
 from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.redaction import scrub_secret_values, scrub_value
 from reproit_otel.wire.trace import MAX_EVENTS, BackendTrace
@@ -110,7 +110,7 @@ class CiRecordingPipeline:
 
     def attach(self, trace: CiTrace) -> None:
         """Make ``trace`` the one every exchange goes to until :meth:`detach`."""
-        watch_collections()  # finalizers' calls are then handed over (recording.py)
+        watch_collections()  # finalizers' calls are then handed over (capture/recording.py)
         with self._lock:
             self._trace = trace
 

@@ -1,7 +1,7 @@
 """``reproit-otel demo [--app flask|fastapi] [--workdir DIR] [--examples DIR]``.
 
 Capture a failing request of the example shop and reproduce it with every dependency stopped
-(see :mod:`reproit_otel.demo`). Exit 0 when the replay reproduced the failure and the fixed
+(see :mod:`reproit_otel.demo.run`). Exit 0 when the replay reproduced the failure and the fixed
 copy replayed as fixed, 1 for any other verdict, 2 when a stage could not run, 130 when
 interrupted.
 """
@@ -17,7 +17,7 @@ __all__ = ["register", "run"]
 
 def register(subparsers: Any) -> None:
     """Add the ``demo`` subcommand."""
-    from reproit_otel.demo import APPS
+    from reproit_otel.demo.run import APPS
 
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "demo",
@@ -57,6 +57,6 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``demo``."""
-    from reproit_otel.demo import DemoOptions, run_demo
+    from reproit_otel.demo.run import DemoOptions, run_demo
 
     return run_demo(DemoOptions(workdir=args.workdir, app=args.app, examples=args.examples))

@@ -36,7 +36,7 @@ Cost. Most recorded operations succeed and are never uploaded, so a statement do
 it can while it runs and leaves the rest to the exchange's ``build()`` (run only for an
 operation that may be uploaded):
 
-* while it runs: one :func:`~reproit_otel.recording.start_exchange`, a reference to the
+* while it runs: one :func:`~reproit_otel.capture.recording.start_exchange`, a reference to the
   statement text, the parameters (kept as they are when they are a tuple of immutable scalars,
   encoded at once otherwise, since the application may change a list or a dict afterwards),
   and for a client-side cursor the raw rows (read before the application reads them);
@@ -54,7 +54,7 @@ or close, all calls of the application. Named cursors are tracked in a ``weakref
 per connection, whose callbacks are the standard library's and only drop the entry, so a
 cursor dropped unfetched and collected anywhere runs nothing of reproit-otel. Should the
 application's own finalizer close a cursor or a connection, the exchange's finish is handed
-over while the thread is collecting (``recording.py``, "Finalizers").
+over while the thread is collecting (``capture/recording.py``, "Finalizers").
 
 Where the parts live: what a statement keeps and the exchange built from it is
 :mod:`._pg_statement`, mixing a layer into the application's class is :mod:`._pg_mixing`;
@@ -72,8 +72,8 @@ from typing import Any, Literal, cast
 
 from psycopg2 import extensions as _ext
 
-from reproit_otel import recording
 from reproit_otel._guard import absorb
+from reproit_otel.capture import recording
 from reproit_otel.instrumentation import _pg_setup
 from reproit_otel.instrumentation._pg_common import (
     LIBRARY,

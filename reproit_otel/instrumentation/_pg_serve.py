@@ -17,10 +17,10 @@ from typing import Any
 import psycopg2
 from psycopg2 import errors as _errors
 
+from reproit_otel.capture.recording import registered_secret_values
 from reproit_otel.errors import DivergedError
 from reproit_otel.instrumentation._exceptions import allowed_exception_classes
 from reproit_otel.instrumentation._pg_common import TRUNCATED_MESSAGE, effect_key
-from reproit_otel.recording import registered_secret_values
 from reproit_otel.replay.session import active_session, report_divergence
 from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.redaction import scrub_value

@@ -15,8 +15,8 @@ from typing import Any
 
 from psycopg2 import extensions as _ext
 
-from reproit_otel import recording
 from reproit_otel._guard import absorb
+from reproit_otel.capture import recording
 from reproit_otel.instrumentation._exceptions import exception_type_name
 from reproit_otel.instrumentation._pg_common import RESOURCE, column_entry, effect_key
 from reproit_otel.instrumentation._pg_values import (

@@ -25,7 +25,7 @@ and URL strings of the prepared request (strings never change, so the recorded U
 out later), copies of the two header stores, the status and the two body taps. The exchange
 itself (recorded URL, bounded headers and bodies, content types, ``resource`` and ``key``) is
 built from those only when the pipeline wants it
-(:meth:`~reproit_otel.recording.ExchangeRecorder.finish_deferred`), which for a capture is
+(:meth:`~reproit_otel.capture.recording.ExchangeRecorder.finish_deferred`), which for a capture is
 only when the operation fails. Nothing built later reads the live request or response, so
 what is recorded is what was seen when it was seen.
 
@@ -37,11 +37,12 @@ Finalizers and locks. A stream the application drops before its end is freed by 
 garbage collector, which runs the response's finalizer (``io``'s implicit ``close()``, our
 tap) and :meth:`_BodyReads.__del__` on whichever thread allocates, possibly one inside a
 locked section of the pipeline (a trace being built, the processor evicting). Neither
-finishes the exchange there: both pass the finish to :func:`reproit_otel.recording.hand_over`
-(a lock-free deque), and the next hook settles it (the rule is written out in
-``recording.py``). A ``close()`` is told to come from the collector by the weak reference to
-the response: the collector clears weak references to what it is about to finalize before
-it runs any finalizer, while a ``close()`` the application makes finds it alive. This module
+finishes the exchange there: both pass the finish to
+:func:`reproit_otel.capture.recording.hand_over` (a lock-free deque), and the next hook settles
+it (the rule is written out in ``capture/recording.py``). A ``close()`` is told to come from
+the collector by the weak reference to the response: the collector clears weak references
+to what it is about to finalize before it runs any finalizer, while a ``close()`` the
+application makes finds it alive. This module
 takes no lock: a response that ends in two threads at once (a read and a close) is finished
 once through a one-item token that ``list.pop`` (atomic) hands to exactly one of them.
 """
@@ -59,8 +60,8 @@ from requests.structures import CaseInsensitiveDict
 from urllib3.response import HTTPResponse
 
 from reproit_otel._guard import absorb, guarded
+from reproit_otel.capture.recording import ExchangeRecorder, Unrecordable, hand_over
 from reproit_otel.instrumentation._exceptions import exception_type_name
-from reproit_otel.recording import ExchangeRecorder, Unrecordable, hand_over
 from reproit_otel.wire._js import utf8_bytes
 from reproit_otel.wire.body_redaction import redact_text_body
 from reproit_otel.wire.bounds import (
@@ -606,7 +607,8 @@ class _BodyReads:
     frees the response. Only a stream neither read to its end nor closed is left to the cyclic
     collector, and the call is finished after it is collected: the response's own finalizer
     closes it and :meth:`__del__` covers any other body object, and both only hand the finish
-    over (:func:`~reproit_otel.recording.hand_over`), never finish on the collector's thread.
+    over (:func:`~reproit_otel.capture.recording.hand_over`), never finish on the collector's
+    thread.
     """
 
     __slots__ = (

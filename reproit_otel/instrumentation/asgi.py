@@ -17,7 +17,7 @@ What it does for each ``http`` request (PROTOCOL 9.2; other scopes pass through)
   headers become lists;
 * names the operation ``METHOD /path`` (ASGI ``path``, percent-decoded);
 * publishes both for the server span that starts inside the application call, through a
-  context variable (the span processor begins the operation, ``processor.py``);
+  context variable (the span processor begins the operation, ``capture/processor.py``);
 * holds ``http.response.start`` and the first body messages until the body completes or
   exceeds 64 KiB, then finishes the operation with the status and the decoded JSON body
   (when complete and JSON) and appends ``x-reproit-events`` to the held start message on a
@@ -34,10 +34,9 @@ import contextlib
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from reproit_otel import recording
 from reproit_otel._guard import guard_call, guarded
-from reproit_otel.failures import note_exception
-from reproit_otel.inbound import (
+from reproit_otel.capture import recording
+from reproit_otel.capture.inbound import (
     MAX_INBOUND_BODY,
     InboundRequest,
     current_inbound,
@@ -48,6 +47,7 @@ from reproit_otel.inbound import (
     parse_query,
     single_or_list,
 )
+from reproit_otel.failures import note_exception
 from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.inputs import http_input
 

@@ -54,7 +54,7 @@ Every ``boundary(tool, op)`` is registered (:func:`declared_boundaries`) for
 Locks. ``_declared_lock`` guards the registry of declared boundaries (a dict update when a
 boundary is declared, a sorted copy for ``doctor``); nothing under it logs or calls out. A
 live call takes no lock of this module: its exchange goes to the pipeline through
-:class:`~reproit_otel.recording.ExchangeRecorder` (built and redacted before the pipeline's
+:class:`~reproit_otel.capture.recording.ExchangeRecorder` (built and redacted before the pipeline's
 locks, see ``operation.py``), a replayed one takes the replay session's lock to consume its
 recorded exchange (``wire/replay.py``). An async call whose coroutine is closed before it
 finished (a dropped task, possibly closed by the collector's finalizer) hands the "did not
@@ -83,6 +83,12 @@ from opentelemetry.trace import Span, SpanKind, Tracer
 
 from reproit_otel import secrets as reproit_secrets
 from reproit_otel._guard import guarded
+from reproit_otel.capture.recording import (
+    ExchangeRecorder,
+    hand_over,
+    registered_secret_values,
+    start_exchange,
+)
 from reproit_otel.config import REPROIT_SECRET_VALUES, SETTINGS
 from reproit_otel.errors import ConfigurationError, MissingFixtureError, ToolCallError
 from reproit_otel.fixtures import (
@@ -102,12 +108,6 @@ from reproit_otel.instrumentation._invoke_values import (
     recorded_error,
     round_trip,
     validate_output,
-)
-from reproit_otel.recording import (
-    ExchangeRecorder,
-    hand_over,
-    registered_secret_values,
-    start_exchange,
 )
 from reproit_otel.replay.session import active_session, report_divergence
 from reproit_otel.wire.invoke import (
@@ -504,7 +504,7 @@ async def _run_async(
         if closed:
             # The coroutine was closed before it finished, maybe by the garbage collector's
             # finalizer on whatever thread allocates: the pipeline is told later, at a hook
-            # that holds no lock (recording.py, "Finalizers").
+            # that holds no lock (capture/recording.py, "Finalizers").
             hand_over(call.abandon)
         else:
             call.abandon()

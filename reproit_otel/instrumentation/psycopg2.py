@@ -144,7 +144,8 @@ class Psycopg2ReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     ``instrument()`` patches ``psycopg2._connect`` and the helpers that refuse a stub;
     ``uninstrument()`` restores every original exactly. ``instrument(secret_values=(...))``
     names the values to scrub from live statements before matching (default: the configured
-    ``REPROIT_SECRET_VALUES``; values registered through ``reproit_otel.recording`` count too).
+    ``REPROIT_SECRET_VALUES``; values registered through ``reproit_otel.capture.recording``
+    count too).
     """
 
     _patches: list[tuple[Any, str, Any]]

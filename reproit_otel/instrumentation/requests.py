@@ -12,7 +12,7 @@ Recording
     uninstall_recorder()   # puts requests back exactly as it was
 
 Every call that goes through ``requests.adapters.HTTPAdapter.send`` while an operation is being
-recorded (see :mod:`reproit_otel.recording`) becomes one effect of kind ``call`` whose
+recorded (see :mod:`reproit_otel.capture.recording`) becomes one effect of kind ``call`` whose
 ``exchange`` follows PROTOCOL section 4.1::
 
     {"protocol": "http",
@@ -125,6 +125,11 @@ import requests.exceptions
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 from reproit_otel._guard import absorb
+from reproit_otel.capture.recording import (
+    is_suppressed,
+    registered_secret_values,
+    start_exchange,
+)
 from reproit_otel.config import load_config
 from reproit_otel.instrumentation._requests_record import RecordedCall
 from reproit_otel.instrumentation._requests_replay import (
@@ -134,11 +139,6 @@ from reproit_otel.instrumentation._requests_replay import (
     rebuild_error,
     served_headers,
     telemetry_refusal,
-)
-from reproit_otel.recording import (
-    is_suppressed,
-    registered_secret_values,
-    start_exchange,
 )
 from reproit_otel.replay.session import active_session, report_divergence
 

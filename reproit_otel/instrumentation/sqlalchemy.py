@@ -25,8 +25,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from reproit_otel import recording
 from reproit_otel._guard import guarded
+from reproit_otel.capture import recording
 
 __all__ = ["install_recorder", "uninstall_recorder"]
 

@@ -16,7 +16,7 @@ What it does for each request (PROTOCOL 9.1 and 9.2):
   the lowercased headers;
 * names the operation ``METHOD /concrete/path`` (``SCRIPT_NAME`` + ``PATH_INFO``);
 * publishes both for the OpenTelemetry server span that starts inside the application call
-  (the span processor begins the operation there, see ``processor.py``);
+  (the span processor begins the operation there, see ``capture/processor.py``);
 * holds ``start_response`` until the body completes or exceeds 64 KiB, then finishes the
   operation with the status and the decoded JSON body (when complete and JSON), and adds
   ``x-reproit-events`` to the response headers for a trusted scan-time request (D12).
@@ -41,10 +41,9 @@ from functools import partial
 from types import TracebackType
 from typing import Any
 
-from reproit_otel import recording
 from reproit_otel._guard import absorb, guarded
-from reproit_otel.failures import note_exception
-from reproit_otel.inbound import (
+from reproit_otel.capture import recording
+from reproit_otel.capture.inbound import (
     MAX_INBOUND_BODY,
     InboundRequest,
     current_inbound,
@@ -55,7 +54,8 @@ from reproit_otel.inbound import (
     publish_inbound,
     withdraw_inbound,
 )
-from reproit_otel.operation import Operation
+from reproit_otel.capture.operation import Operation
+from reproit_otel.failures import note_exception
 from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.inputs import http_input
 

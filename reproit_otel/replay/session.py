@@ -33,9 +33,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from reproit_otel.capture.recording import registered_secret_values
 from reproit_otel.config import REPROIT_SECRET_VALUES, read_setting
 from reproit_otel.errors import CapsuleError, ConfigurationError
-from reproit_otel.recording import registered_secret_values
 from reproit_otel.wire._js import has_lone_surrogate
 from reproit_otel.wire._jsparse import js_json_parse
 from reproit_otel.wire.capsule import capsule_from_batch

@@ -114,7 +114,7 @@ def _family_of(host: Any) -> str:
 
 
 def _suppressed() -> bool:
-    from reproit_otel.recording import is_suppressed
+    from reproit_otel.capture.recording import is_suppressed
 
     return is_suppressed()
 

@@ -24,7 +24,7 @@ SHA-256, a small dict; no lock, no I/O, no logging). No other code outside this 
 under it, so no finalizer, logging handler or nested instrumentation can run our hooks on a
 thread that holds it except through a collection landing on one of those few small
 allocations, and reproit-otel's own finalizers never push (they hand over, see
-``reproit_otel/recording.py``). The clocks read under it are ``time.time_ns`` and
+``reproit_otel/capture/recording.py``). The clocks read under it are ``time.time_ns`` and
 ``time.monotonic_ns`` (pinned by a replay's envelope, they still take no lock of ours) or the
 ``wall_ms``/``mono_ns`` callables given to
 :meth:`~reproit_otel.wire.trace.BackendTrace.begin`, which must not touch the trace.

@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from reproit_otel.uploader import Uploader, UploaderSettings
+from reproit_otel.capture.uploader import Uploader, UploaderSettings
 from reproit_otel.wire.batch import CaptureSettings
 from tests.integration.capture_helpers import failing_trace
 

@@ -26,13 +26,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
+from reproit_otel.capture.processor import ReproitSpanProcessor
 from reproit_otel.config import read_config
 from reproit_otel.instrumentation.psycopg2 import (
     Psycopg2ReplayInstrumentor,
     install_recorder,
     uninstall_recorder,
 )
-from reproit_otel.processor import ReproitSpanProcessor
 from reproit_otel.replay.session import activate, deactivate
 from reproit_otel.wire.canonical import canonical_json
 from reproit_otel.wire.replay import ReplaySession

@@ -28,10 +28,10 @@ from opentelemetry.instrumentation.requests import RequestsInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 from werkzeug.serving import make_server
 
+from reproit_otel.capture.processor import ReproitSpanProcessor
 from reproit_otel.config import read_config
 from reproit_otel.instrumentation import asgi, wsgi
 from reproit_otel.instrumentation.requests import install_recorder, uninstall_recorder
-from reproit_otel.processor import ReproitSpanProcessor
 from reproit_otel.wire.trace import BackendTrace
 
 

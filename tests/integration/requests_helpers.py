@@ -11,9 +11,9 @@ import requests
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind
 
+from reproit_otel.capture.processor import ReproitSpanProcessor
 from reproit_otel.config import read_config
 from reproit_otel.instrumentation.requests import install_recorder, uninstall_recorder
-from reproit_otel.processor import ReproitSpanProcessor
 from reproit_otel.wire.canonical import canonical_json
 from reproit_otel.wire.trace import BackendTrace
 

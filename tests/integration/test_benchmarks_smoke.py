@@ -126,7 +126,12 @@ def test_capture_calls_smoke() -> None:
         fields = line.split()
         if len(fields) == 3 and fields[0].endswith((".py", "total")):
             rows[fields[0]] = [float(fields[1]), float(fields[2])]
-    for module in ("processor.py", "operation.py", "instrumentation/wsgi.py", "wire/trace.py"):
+    for module in (
+        "capture/processor.py",
+        "capture/operation.py",
+        "instrumentation/wsgi.py",
+        "wire/trace.py",
+    ):
         assert module in rows, module
     off, on = rows["total"]
     assert on > off > 0

@@ -26,8 +26,8 @@ import requests
 from flask import Flask, jsonify
 from opentelemetry.instrumentation.flask import FlaskInstrumentor
 
+from reproit_otel.capture.uploader import Uploader
 from reproit_otel.config import read_config
-from reproit_otel.uploader import Uploader
 from reproit_otel.wire.validate import validate_capture_batch
 from tests.integration.loopback_ingest import LoopbackIngest
 from tests.integration.pipeline_support import ServedWSGI, pipeline

@@ -22,8 +22,8 @@ from opentelemetry.instrumentation.requests import RequestsInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 
 from reproit_otel import bootstrap
+from reproit_otel.capture.uploader import Uploader
 from reproit_otel.config import read_config
-from reproit_otel.uploader import Uploader
 from reproit_otel.wire.capsule import load_capsule
 from tests.integration.pipeline_support import ServedWSGI
 from tests.integration.served_ingest import ServedIngest, cli_command

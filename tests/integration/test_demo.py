@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 import requests
 
-from reproit_otel.demo import RUN_MARKER
+from reproit_otel.demo.run import RUN_MARKER
 from reproit_otel.wire.capsule import load_capsule
 from tests.docs_commands import block_commands
 from tests.integration.served_ingest import ServedIngest

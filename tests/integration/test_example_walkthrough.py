@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from reproit_otel.demo import BUG_LINE, FIXED_LINE
+from reproit_otel.demo.run import BUG_LINE, FIXED_LINE
 from tests.docs_commands import block_from, command_starting, commands_of, exports
 from tests.integration.served_ingest import ServedIngest
 from tests.integration.test_examples import Upstreams, _free_port

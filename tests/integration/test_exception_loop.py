@@ -43,9 +43,9 @@ from typing import Any
 import httpx
 import pytest
 
+from reproit_otel.capture.uploader import Uploader, UploaderSettings
 from reproit_otel.cli.check_text import COLUMN_WIDTH
 from reproit_otel.ingest.store import SQLiteStore
-from reproit_otel.uploader import Uploader, UploaderSettings
 from reproit_otel.wire.batch import CaptureEnvironment, CaptureSettings
 from reproit_otel.wire.capsule import capsule_from_batch
 from reproit_otel.wire.exception import error_of_output

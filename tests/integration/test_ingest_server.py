@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
+from reproit_otel.capture.uploader import Uploader, UploaderSettings
 from reproit_otel.ingest.facts import batch_facts
-from reproit_otel.uploader import Uploader, UploaderSettings
 from reproit_otel.wire.batch import CaptureEnvironment, CaptureSettings, build_capture_batch
 from reproit_otel.wire.canonical import canonical_json
 from reproit_otel.wire.capsule import capsule_bytes, capsule_from_batch, load_capsule

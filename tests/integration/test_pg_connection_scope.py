@@ -22,6 +22,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind
 
+from reproit_otel.capture.processor import ReproitSpanProcessor
 from reproit_otel.config import read_config
 from reproit_otel.errors import DivergedError
 from reproit_otel.instrumentation.psycopg2 import (
@@ -29,7 +30,6 @@ from reproit_otel.instrumentation.psycopg2 import (
     install_recorder,
     uninstall_recorder,
 )
-from reproit_otel.processor import ReproitSpanProcessor
 from reproit_otel.replay.session import activate, deactivate
 from reproit_otel.wire.replay import ReplaySession
 from tests.integration.pg_support import closed_port_dsn

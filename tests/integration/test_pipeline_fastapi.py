@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 
-from reproit_otel.recording import start_exchange
+from reproit_otel.capture.recording import start_exchange
 from tests.integration.pipeline_support import (
     Pipeline,
     ServedASGI,

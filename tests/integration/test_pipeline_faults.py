@@ -11,9 +11,9 @@ from opentelemetry.instrumentation.flask import FlaskInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 
 from reproit_otel import _guard
+from reproit_otel.capture.operation import Operation
+from reproit_otel.capture.processor import ReproitSpanProcessor
 from reproit_otel.instrumentation import asgi, wsgi
-from reproit_otel.operation import Operation
-from reproit_otel.processor import ReproitSpanProcessor
 from tests.integration import test_pipeline_fastapi, test_pipeline_flask
 from tests.integration.pipeline_support import ServedASGI, ServedWSGI, pipeline
 from tests.integration.test_pipeline_flask import comparable, fetch

@@ -204,7 +204,7 @@ def test_offline_mogrify_matches_psycopg2(postgres_dsn: str) -> None:
 
 
 def test_secrets_are_redacted_at_capture_and_still_match_in_replay(postgres_dsn: str) -> None:
-    from reproit_otel.recording import register_secret_values
+    from reproit_otel.capture.recording import register_secret_values
 
     register_secret_values(["pg-secret-4711"])
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from reproit_otel.uploader import Uploader, UploaderSettings, backoff_ms
+from reproit_otel.capture.uploader import Uploader, UploaderSettings, backoff_ms
 from reproit_otel.wire.batch import CaptureEnvironment, CaptureSettings, build_capture_batch
 from reproit_otel.wire.canonical import canonical_json_bytes
 from reproit_otel.wire.trace import BackendTrace, TraceContext

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from reproit_otel.uploader import HEAVY_QUEUE_LIMIT, Uploader
+from reproit_otel.capture.uploader import HEAVY_QUEUE_LIMIT, Uploader
 from reproit_otel.wire.artifacts import CAPSULE_MEDIA_TYPE
 from reproit_otel.wire.capsule import capsule_bytes, capsule_from_batch, validate_capsule
 from reproit_otel.wire.trace import BackendTrace, TraceContext

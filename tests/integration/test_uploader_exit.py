@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # only the exit flush can send it.
 SCRIPT = """
 import sys
-from reproit_otel.uploader import Uploader, UploaderSettings
+from reproit_otel.capture.uploader import Uploader, UploaderSettings
 from reproit_otel.wire.batch import CaptureSettings
 from tests.integration.capture_helpers import failing_trace
 

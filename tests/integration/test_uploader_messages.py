@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from reproit_otel.capture.uploader import Uploader
 from reproit_otel.delivery import describe_error
-from reproit_otel.uploader import Uploader
 from tests.integration.capture_helpers import failing_trace
 from tests.integration.loopback_ingest import HANG, LoopbackIngest, down_url
 from tests.integration.test_uploader import environment, settings
@@ -107,7 +107,7 @@ import sys
 from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler
 
 from reproit_otel._stderr import ensure_visible
-from reproit_otel.uploader import Uploader
+from reproit_otel.capture.uploader import Uploader
 from tests.integration.capture_helpers import failing_trace
 from tests.integration.loopback_ingest import LoopbackIngest, down_url
 from tests.integration.test_uploader import environment, settings

@@ -28,8 +28,8 @@ from opentelemetry.instrumentation.requests import RequestsInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 
 from reproit_otel import bootstrap
+from reproit_otel.capture.uploader import Uploader
 from reproit_otel.config import read_config
-from reproit_otel.uploader import Uploader
 from tests.integration.pipeline_support import ServedWSGI
 
 XSS = '<script>alert("xss")</script><img src=x onerror=alert(1)>'

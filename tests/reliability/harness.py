@@ -41,8 +41,8 @@ from opentelemetry.instrumentation.requests import RequestsInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 
 from reproit_otel import bootstrap
+from reproit_otel.capture.processor import ReproitSpanProcessor
 from reproit_otel.config import read_config
-from reproit_otel.processor import ReproitSpanProcessor
 from tests.integration.pipeline_support import ServedWSGI
 from tests.integration.upstream import closed_port
 

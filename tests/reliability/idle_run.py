@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
 
     upstream = Upstream()
     os.environ["UPSTREAM"] = upstream.base
-    from reproit_otel import recording
+    from reproit_otel.capture import recording
     from tests.integration.pipeline_support import ServedWSGI
     from tests.reliability import gc_app
     from tests.reliability.gc_run import _fetch

@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 
-from reproit_otel import _guard, uploader
+from reproit_otel import _guard
+from reproit_otel.capture import uploader
+from reproit_otel.capture.processor import ReproitSpanProcessor
+from reproit_otel.capture.uploader import Uploader
 from reproit_otel.instrumentation import _pg_record, _pg_statement, _requests_record, wsgi
-from reproit_otel.processor import ReproitSpanProcessor
-from reproit_otel.uploader import Uploader
 from tests.integration.loopback_ingest import LoopbackIngest
 from tests.integration.upstream import Upstream
 from tests.reliability.harness import exercise, served
@@ -152,7 +153,7 @@ def test_without_faults_the_same_run_captures_and_uploads(
 def test_a_delivery_defect_drops_one_batch_and_the_uploader_keeps_sending(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from reproit_otel.uploader import UploaderSettings
+    from reproit_otel.capture.uploader import UploaderSettings
     from reproit_otel.wire.batch import CaptureSettings
     from tests.integration.capture_helpers import failing_trace
 

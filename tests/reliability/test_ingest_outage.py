@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from reproit_otel.uploader import Uploader
+from reproit_otel.capture.uploader import Uploader
 from tests.integration.loopback_ingest import HANG, LoopbackIngest, down_url
 from tests.integration.upstream import Upstream
 from tests.reliability.harness import Served, exercise, fetch, served

@@ -42,10 +42,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reproit_otel import secrets
+from reproit_otel.capture.uploader import Uploader
 from reproit_otel.errors import DivergedError, MissingFixtureError
 from reproit_otel.instrumentation.invoke import boundary, use_tracer_provider
 from reproit_otel.replay import install_replay, uninstall_replay
-from reproit_otel.uploader import Uploader
 from reproit_otel.wire.capsule import capsule_from_batch
 from reproit_otel.wire.redaction import (
     SECRET_PARTS,

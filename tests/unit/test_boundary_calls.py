@@ -1,6 +1,6 @@
 """What one boundary call hands the recording pipeline, and how a capsule serves it.
 
-A small in-memory pipeline (implementing :class:`reproit_otel.recording.RecordingPipeline`)
+A small in-memory pipeline (implementing :class:`reproit_otel.capture.recording.RecordingPipeline`)
 stands in for the span processor so each finished or failed exchange can be asserted whole;
 the capsule side uses the real :class:`~reproit_otel.wire.replay.ReplaySession`.
 """
@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from reproit_otel import recording
+from reproit_otel.capture import recording
 from reproit_otel.errors import ConfigurationError, MissingFixtureError, ToolCallError
 from reproit_otel.instrumentation.invoke import boundary, use_tracer_provider
 from reproit_otel.replay.session import activate, deactivate

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from reproit_otel import recording
+from reproit_otel.capture import recording
+from reproit_otel.capture.recording import ExchangeRecorder
 from reproit_otel.ci.markers import RealStderr, capsule_marker, test_marker
 from reproit_otel.ci.naming import (
     bound_name,
@@ -21,7 +22,6 @@ from reproit_otel.ci.naming import (
 )
 from reproit_otel.ci.pipeline import CiRecordingPipeline, CiTrace, _set_active, current_test_trace
 from reproit_otel.ci.spool import Spool, ci_capsule, ci_envelope, parse_spool_max
-from reproit_otel.recording import ExchangeRecorder
 from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.batch import CaptureEnvironment
 from reproit_otel.wire.canonical import canonical_json

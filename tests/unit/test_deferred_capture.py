@@ -16,11 +16,11 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind
 
-from reproit_otel import recording
+from reproit_otel.capture import recording
+from reproit_otel.capture.processor import ReproitSpanProcessor
+from reproit_otel.capture.uploader import Uploader, UploaderSettings
 from reproit_otel.config import read_config
 from reproit_otel.errors import TraceError
-from reproit_otel.processor import ReproitSpanProcessor
-from reproit_otel.uploader import Uploader, UploaderSettings
 from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.batch import CaptureSettings
 from reproit_otel.wire.canonical import canonical_json_bytes
@@ -272,7 +272,7 @@ def test_a_healthy_request_and_its_operation_leave_no_reference_cycle(rig: Rig) 
     are freed by reference counting, not left to the cyclic collector on every request."""
     import gc
 
-    from reproit_otel.inbound import InboundRequest, inbound_scope
+    from reproit_otel.capture.inbound import InboundRequest, inbound_scope
 
     def one() -> None:
         inbound = InboundRequest(

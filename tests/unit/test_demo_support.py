@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from reproit_otel import demo_support
-from reproit_otel.demo import DemoError, find_examples
-from reproit_otel.demo_support import Progress, Supervisor, ThrowawayPostgres
+from reproit_otel.demo import support as demo_support
+from reproit_otel.demo.run import DemoError, find_examples
+from reproit_otel.demo.support import Progress, Supervisor, ThrowawayPostgres
 
 
 def _timeless(text: str) -> str:

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from reproit_otel.cli import build_parser
-from reproit_otel.demo import STAGES
+from reproit_otel.demo.run import STAGES
 from tests.docs_commands import ROOT, Command, all_commands, program, unclassified_lines
 
 WALK = "tests/integration/test_docs_walkthrough.py"

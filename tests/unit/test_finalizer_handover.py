@@ -16,9 +16,9 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind
 
-from reproit_otel import recording
+from reproit_otel.capture import recording
+from reproit_otel.capture.processor import ReproitSpanProcessor
 from reproit_otel.config import read_config
-from reproit_otel.processor import ReproitSpanProcessor
 from reproit_otel.wire.trace import BackendTrace
 
 EXCHANGE = {"protocol": "http", "request": {"method": "GET", "url": "http://api/a"}}

@@ -14,11 +14,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.sampling import Decision
 from opentelemetry.trace import NoOpTracerProvider, SpanKind
 
-from reproit_otel import _guard, bootstrap, recording
+from reproit_otel import _guard, bootstrap
+from reproit_otel.capture import recording
+from reproit_otel.capture.inbound import InboundRequest, inbound_scope
+from reproit_otel.capture.operation import HEAVY_MAX_EVENTS
+from reproit_otel.capture.processor import ReproitSpanProcessor
 from reproit_otel.config import read_config
-from reproit_otel.inbound import InboundRequest, inbound_scope
-from reproit_otel.operation import HEAVY_MAX_EVENTS
-from reproit_otel.processor import ReproitSpanProcessor
 from reproit_otel.wire.trace import BackendTrace
 
 EXCHANGE = {"protocol": "http", "request": {"method": "GET", "url": "http://api/a"}}

@@ -3,7 +3,7 @@
 Run from a clone of the repository (``scripts/demo`` sets up ``.venv`` and runs it). The demo
 starts, each as a child process on a loopback port:
 
-1. a throwaway PostgreSQL (``initdb`` in a temporary folder, see :mod:`.demo_support`);
+1. a throwaway PostgreSQL (``initdb`` in a temporary folder, see :mod:`.support`);
 2. the local ingest, ``reproit-otel serve`` on SQLite in the work folder;
 3. the shop's upstream services (``examples/shop/upstreams.py all``: pricing, the assistant's
    event stream, the tax line protocol);
@@ -48,7 +48,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from reproit_otel.demo_support import (
+from reproit_otel.demo.support import (
     DemoError,
     Progress,
     Step,
@@ -121,7 +121,7 @@ def find_examples(explicit: Path | None = None) -> Path:
     if explicit is not None:
         candidates = [explicit]
     else:
-        candidates = [Path.cwd() / "examples", Path(__file__).resolve().parents[1] / "examples"]
+        candidates = [Path.cwd() / "examples", Path(__file__).resolve().parents[2] / "examples"]
     for candidate in candidates:
         if (candidate / "shop" / "app.py").is_file():
             return candidate.resolve()

@@ -25,7 +25,7 @@ from reproit_otel.wire._js import UNSET
 from reproit_otel.wire._jsparse import js_json_parse
 
 if TYPE_CHECKING:
-    from reproit_otel.operation import Operation
+    from reproit_otel.capture.operation import Operation
 
 __all__ = [
     "MAX_INBOUND_BODY",

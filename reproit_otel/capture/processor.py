@@ -12,7 +12,7 @@
    The operation name and input come from the WSGI/ASGI middleware (``inbound.py``), or from
    the span's attributes when no middleware ran;
 2. tracks every span started under that server span and receives the exchanges recorders
-   report through :mod:`reproit_otel.recording`; they become ``effect`` events in completion
+   report through :mod:`reproit_otel.capture.recording`; they become ``effect`` events in completion
    order (``operation.py`` says how ``effectsComplete`` is computed, D4). A span of a library
    reproit-otel does not record (httpx, redis, ...) makes the operation incomplete; the reason
    (library, span name) is counted in :meth:`ReproitSpanProcessor.stats` and logged once;
@@ -30,7 +30,7 @@ Locks and finalizers. No finalizer, weakref callback, signal, ``atexit`` or GC c
 reproit-otel takes a lock, allocates under a lock it could re-enter, or calls into the
 pipeline: the collector runs finalizers on whichever thread allocates, possibly inside one of
 the locked sections below. Finalizers hand their work over through
-:func:`reproit_otel.recording.hand_over` (a lock-free deque) or do nothing; the processor
+:func:`reproit_otel.capture.recording.hand_over` (a lock-free deque) or do nothing; the processor
 settles it when a server span begins, recorders when a call starts, an operation when it
 finishes, all with no lock held, and the uploader's thread settles it too, holding no lock
 (``uploader.py``: so an idle worker does not keep it). Other code's finalizers end spans too
@@ -80,13 +80,10 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation import _SPAN_KEY as _otel_span_key
 
-from reproit_otel import recording
 from reproit_otel._guard import absorb, guarded
-from reproit_otel.config import EffectsCompleteMode, ReproitConfig, load_config
-from reproit_otel.errors import TraceError
-from reproit_otel.failures import frame_roots, record_exception
-from reproit_otel.inbound import InboundRequest, current_inbound, single_or_list
-from reproit_otel.operation import (
+from reproit_otel.capture import recording
+from reproit_otel.capture.inbound import InboundRequest, current_inbound, single_or_list
+from reproit_otel.capture.operation import (
     HEAVY_MAX_SPANS,
     MAX_SPANS_PER_OPERATION,
     ExchangeBinding,
@@ -94,6 +91,9 @@ from reproit_otel.operation import (
     SpanRecord,
     is_dependency_span,
 )
+from reproit_otel.config import EffectsCompleteMode, ReproitConfig, load_config
+from reproit_otel.errors import TraceError
+from reproit_otel.failures import frame_roots, record_exception
 from reproit_otel.wire.canonical import canonical_json_bytes
 from reproit_otel.wire.exception import exception_from_stacktrace
 from reproit_otel.wire.inputs import http_input
@@ -291,7 +291,7 @@ class ReproitSpanProcessor(SpanProcessor):
                     ok = bool(flush(timeout_millis / 1000.0)) and ok
         return ok
 
-    # -- recording pipeline (reproit_otel.recording) ----------------------------------------
+    # -- recording pipeline (reproit_otel.capture.recording) --------------------------------
 
     def has_live_operations(self) -> bool:
         """True while an operation is being recorded (the recorders' cheap check)."""
@@ -303,7 +303,8 @@ class ReproitSpanProcessor(SpanProcessor):
 
     checks_suppression = True
     """:meth:`start_exchange` answers None itself under suppressed instrumentation (it reads
-    the current context anyway), so :func:`reproit_otel.recording.start_exchange` need not."""
+    the current context anyway), so :func:`reproit_otel.capture.recording.start_exchange`
+    need not."""
 
     def start_exchange(self, library: str) -> recording.ExchangeRecorder | None:
         """Bind a new exchange to the current span's operation (or None: nothing records,
@@ -339,7 +340,7 @@ class ReproitSpanProcessor(SpanProcessor):
 
     def cover_current_span(self) -> None:
         """The current dependency span needs no exchange of its own (see
-        :meth:`~reproit_otel.operation.Operation.cover_span`)."""
+        :meth:`~reproit_otel.capture.operation.Operation.cover_span`)."""
         if self._shutdown or not self._operations:
             return
         operation, span_id = self._current_operation()
@@ -354,7 +355,7 @@ class ReproitSpanProcessor(SpanProcessor):
         key: str | None,
         exchange: dict[str, Any],
     ) -> None:
-        """Called by :class:`~reproit_otel.recording.ExchangeRecorder.finish`."""
+        """Called by :class:`~reproit_otel.capture.recording.ExchangeRecorder.finish`."""
         binding: ExchangeBinding = handle  # type: ignore[assignment]
         operation = binding.operation
         operation.exchange_finished(binding, effect, resource, key, exchange)
@@ -369,7 +370,7 @@ class ReproitSpanProcessor(SpanProcessor):
         library: str,
         held: int = 0,
     ) -> None:
-        """Called by :meth:`~reproit_otel.recording.ExchangeRecorder.finish_deferred`."""
+        """Called by :meth:`~reproit_otel.capture.recording.ExchangeRecorder.finish_deferred`."""
         binding: ExchangeBinding = handle  # type: ignore[assignment]
         operation = binding.operation
         operation.exchange_deferred(binding, effect, build, library, held)
@@ -377,7 +378,7 @@ class ReproitSpanProcessor(SpanProcessor):
             self._take_tally(operation)
 
     def exchange_failed(self, handle: object, reason: str) -> None:
-        """Called by :class:`~reproit_otel.recording.ExchangeRecorder.fail`."""
+        """Called by :class:`~reproit_otel.capture.recording.ExchangeRecorder.fail`."""
         binding: ExchangeBinding = handle  # type: ignore[assignment]
         operation = binding.operation
         operation.exchange_failed(binding, reason)

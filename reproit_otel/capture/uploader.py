@@ -65,7 +65,7 @@ exception), so it can only wait for the uploader thread, and for at most
 ``exit_flush_timeout_s``.
 
 Handed-over work. Finalizers never take a lock, so they cannot wake this thread; they hand
-their work over to :func:`reproit_otel.recording.hand_over` and the next hook of the
+their work over to :func:`reproit_otel.capture.recording.hand_over` and the next hook of the
 application settles it. So that an idle worker does not keep that work (and the operation it
 refers to) until its next request, the thread also wakes every :data:`SETTLE_INTERVAL_S` and
 settles what it finds, outside the condition and holding no lock of reproit-otel, so the work
@@ -87,9 +87,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from reproit_otel import recording
 from reproit_otel._guard import absorb
-from reproit_otel.upload_sending import USER_AGENT, Sending, backoff_ms
+from reproit_otel.capture import recording
+from reproit_otel.capture.upload_sending import USER_AGENT, Sending, backoff_ms
 from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.batch import (
     CaptureEnvironment,
@@ -243,6 +243,8 @@ class Uploader(Sending):
     part (``upload_sending.py``).
     """
 
+    settings: UploaderSettings
+
     def __init__(
         self,
         settings: UploaderSettings,
@@ -322,7 +324,7 @@ class Uploader(Sending):
         """Start this process's uploader thread now, so it settles handed-over work.
 
         The span processor calls it when it begins a capture operation. Finalizers hand
-        their work over (:func:`reproit_otel.recording.hand_over`) without waking anyone;
+        their work over (:func:`reproit_otel.capture.recording.hand_over`) without waking anyone;
         the application's next hook settles it, and so does the uploader thread every
         :data:`SETTLE_INTERVAL_S`, so an idle worker does not keep that work (and the
         operation it refers to) until its next request. Cheap once the thread runs.

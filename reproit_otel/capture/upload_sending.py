@@ -1,8 +1,8 @@
 """How one built capture reaches the ingest: the batch ``POST``, a heavy operation's artifact
 ``PUT``, their retries, and the warnings a failed delivery logs.
 
-:class:`Sending` is a mixin of :class:`~reproit_otel.uploader.Uploader` (which owns the queue,
-the thread and the counters); its methods run on the uploader thread with no lock held.
+:class:`Sending` is a mixin of :class:`~reproit_otel.capture.uploader.Uploader` (which owns the
+queue, the thread and the counters); its methods run on the uploader thread with no lock held.
 
 * :meth:`Sending._send` POSTs one batch: attempts ``0..retry_limit``, 2xx is done, 4xx gives
   up at once, anything else waits :func:`backoff_ms` and tries again.
@@ -25,17 +25,19 @@ import http.client
 import logging
 import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import urljoin, urlsplit
 
 from reproit_otel.delivery import Delivery, describe_error, describe_status, endpoint_target
 from reproit_otel.wire.artifacts import CAPSULE_MEDIA_TYPE, capsule_artifact, naming_artifact
-from reproit_otel.wire.batch import CaptureBuild, CaptureEnvironment, build_capture_result
+from reproit_otel.wire.batch import (
+    CaptureBuild,
+    CaptureEnvironment,
+    CaptureSettings,
+    build_capture_result,
+)
 
-if TYPE_CHECKING:
-    from reproit_otel.uploader import UploaderSettings
-
-__all__ = ["USER_AGENT", "Sending", "backoff_ms"]
+__all__ = ["USER_AGENT", "SendSettings", "Sending", "backoff_ms"]
 
 _log = logging.getLogger("reproit_otel")
 
@@ -49,10 +51,31 @@ def backoff_ms(attempt: int) -> int:
     return 200 * (attempt + 1)
 
 
+class SendSettings(Protocol):
+    """What delivery reads of the uploader's settings (``uploader.UploaderSettings`` has it).
+
+    Named here so this module needs nothing from ``uploader.py``: the uploader imports its
+    delivery half, never the other way round.
+    """
+
+    @property
+    def endpoint(self) -> str: ...
+    @property
+    def api_key(self) -> str: ...
+    @property
+    def capture(self) -> CaptureSettings: ...
+    @property
+    def capture_budget(self) -> int: ...
+    @property
+    def request_timeout_ms(self) -> int: ...
+    @property
+    def retry_limit(self) -> int: ...
+
+
 class Sending:
     """The delivery half of the uploader (a mixin: the uploader sets the attributes below)."""
 
-    settings: UploaderSettings
+    settings: SendSettings
     _stop: threading.Event
     """Set when the uploader closes: a retry pause ends at once and the delivery gives up."""
     _warnings: dict[str, int]

@@ -21,7 +21,7 @@ replaced in every string of an exchange, its key and resource, and of the output
 Capture operations defer the expensive part. A capture is uploaded only when the operation
 fails (status 500 or more, or a marked agent oracle), so a capture operation keeps its
 ``start`` input and the exchanges recorders hand over with
-:meth:`~reproit_otel.recording.ExchangeRecorder.finish_deferred` in raw form: each takes its
+:meth:`~reproit_otel.capture.recording.ExchangeRecorder.finish_deferred` in raw form: each takes its
 place, sequence number and timestamps when it completes, and is built (bounded, keyed,
 scrubbed, redacted) only when the operation finishes as a failure, right before the ``return``
 event, so that an exchange that turns out to be unrecordable still makes ``effectsComplete``
@@ -67,23 +67,20 @@ import functools
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opentelemetry.trace import SpanKind
 
-from reproit_otel import recording
 from reproit_otel._guard import guarded
+from reproit_otel.capture import recording
+from reproit_otel.capture.recording import DeferredExchange, Unrecordable
 from reproit_otel.config import CAPTURE_MAX_EVENTS_CEILING
 from reproit_otel.errors import TraceError
-from reproit_otel.recording import DeferredExchange, Unrecordable
 from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.exact_body import scrub_exact_bytes
 from reproit_otel.wire.exception import output_with_error
 from reproit_otel.wire.redaction import redact, scrub_secret_values, scrub_value
 from reproit_otel.wire.trace import BackendTrace, marked_oracle
-
-if TYPE_CHECKING:
-    from reproit_otel.inbound import InboundRequest
 
 __all__ = [
     "HEAVY_MAX_EVENTS",
@@ -178,7 +175,7 @@ class SpanRecord:
 
 
 class ExchangeBinding:
-    """The handle an :class:`~reproit_otel.recording.ExchangeRecorder` reports with."""
+    """The handle an :class:`~reproit_otel.capture.recording.ExchangeRecorder` reports with."""
 
     __slots__ = ("beside", "operation", "span_id", "state", "target")
 
@@ -203,7 +200,7 @@ class Operation:
         otel_trace_id: int,
         root_span_id: int,
         scan: bool,
-        inbound: InboundRequest | None,
+        inbound: object | None,
         effects_never: bool,
         secrets: Callable[[], tuple[str, ...]],
         on_ready: Callable[[Operation], None],
@@ -220,6 +217,9 @@ class Operation:
         self.otel_trace_id = otel_trace_id
         self.root_span_id = root_span_id
         self.scan = scan
+        # The middleware's InboundRequest when a middleware finishes this operation at response
+        # start, else None. Only whether it is set matters here, so this module needs nothing
+        # from inbound.py: inbound.py names Operation and imports run that one way.
         self.inbound = inbound
         self.created = time.monotonic()
         self.spans: dict[int, SpanRecord] = {}

@@ -4,7 +4,7 @@ A recorder (``instrumentation/requests.py``, ``instrumentation/psycopg2.py``, an
 boundary) sees one dependency call at its transport seam. It asks this module for an
 :class:`ExchangeRecorder` when the call starts and hands it the finished exchange::
 
-    from reproit_otel.recording import start_exchange
+    from reproit_otel.capture.recording import start_exchange
 
     recorder = start_exchange("requests")   # None: nothing records this call
     response = send(request)                 # the real call, unchanged
