@@ -119,6 +119,10 @@ class WebPages:
             _login_page(safe_next(target)), 401, {"www-authenticate": 'Bearer realm="reproit"'}
         )
 
+    def _bad_request(self, message: str) -> HTMLResponse:
+        body = f'<h1>Bad request</h1><p>{text(message)}.</p><p><a href="/">All occurrences</a></p>'
+        return _html(page("Bad request", body, signed_in=True), 400)
+
     def _not_found(self, message: str, status: int = 404) -> HTMLResponse:
         body = f'<h1>Not here</h1><p>{text(message)}</p><p><a href="/">All occurrences</a></p>'
         return _html(page("Not found", body, signed_in=True), status)
@@ -126,7 +130,10 @@ class WebPages:
     async def index(self, request: Request) -> Response:
         if not self._allowed(request):
             return self._refused(request)
-        query = ListQuery.parse(request.query_params)
+        try:
+            query = ListQuery.parse(request.query_params)
+        except ValueError as error:
+            return self._bad_request(str(error))
 
         def load() -> tuple[
             OccurrencePage, OccurrenceFacets, dict[str, list[str]], list[tuple[str, int]]
@@ -149,6 +156,10 @@ class WebPages:
     async def occurrence(self, request: Request) -> Response:
         if not self._allowed(request):
             return self._refused(request)
+        try:
+            page_wanted = page_number(request.query_params.get("page"))
+        except ValueError as error:
+            return self._bad_request(str(error))
         occurrence_id = request.path_params["occurrence_id"]
         found = await run_in_threadpool(self.store.get_occurrence, occurrence_id)
         if found is None:
@@ -176,7 +187,7 @@ class WebPages:
             base_url=base_url,
             exec_command=self.exec_command,
             capsule=None if whole is None else json.loads(whole),
-            page=page_number(request.query_params.get("page")),
+            page=page_wanted,
             kinds=kinds,
             selected_kind=wanted,
         )

@@ -37,8 +37,16 @@ def capsule_effects(capsule: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def page_number(raw: str | None) -> int:
-    """The page asked for by ``?page=`` (1 when absent or not a positive number)."""
-    return max(1, ascii_int(raw, high=10**9) or 1)  # "²" or 5,000 digits: page 1, never a 500
+    """The page asked for by ``?page=`` (1 when absent, empty or 0).
+
+    Raises :class:`ValueError` when it is not ASCII digits up to 10**9 (``²``, 5,000 digits):
+    the page answers 400 naming the parameter, never 500.
+    """
+    text = (raw or "").strip()
+    number = ascii_int(text, high=10**9)
+    if text and number is None:
+        raise ValueError("page must be ASCII digits from 1 to 1000000000")
+    return max(1, number or 1)
 
 
 def exchanges_section(

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from reproit_otel.ingest.numbers import ascii_int
 from reproit_otel.ingest.store import Occurrence, OccurrenceFacets, OccurrencePage
+from reproit_otel.ingest.webexchanges import page_number
 from reproit_otel.ingest.webhtml import text
 
 __all__ = ["PAGE_SIZE", "ListQuery", "list_html"]
@@ -39,15 +40,22 @@ class ListQuery:
 
     @classmethod
     def parse(cls, params: Mapping[str, str]) -> ListQuery:
-        """Read the query string; a malformed number is treated as absent."""
+        """Read the query string.
+
+        Raises :class:`ValueError` naming the parameter when ``status`` or ``page`` is given
+        but is not ASCII digits within its range (``status=²``, 5,000 digits).
+        """
         status_text = (params.get("status") or "").strip()
         page_text = (params.get("page") or "").strip()
+        status = ascii_int(status_text, high=65535)
+        if status_text and status is None:
+            raise ValueError("status must be ASCII digits from 0 to 65535")
         return cls(
             operation=params.get("operation") or None,
-            status=ascii_int(status_text, high=65535),
+            status=status,
             project=params.get("project") or None,
             exception=params.get("exception") or None,
-            page=max(1, ascii_int(page_text, high=10**9) or 1),
+            page=page_number(page_text),
         )
 
     @property
