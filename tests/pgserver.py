@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import uuid
 from pathlib import Path
 
 _DEBIAN_BIN = Path("/usr/lib/postgresql")
@@ -89,3 +90,16 @@ class ThrowawayPostgres:
             self._run(_find_tool("pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop")
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+def fresh_database(dsn: str) -> str:
+    """A new, empty database on the server at ``dsn``; its DSN (so every test starts empty)."""
+    import psycopg2
+
+    name = f"reproit_{uuid.uuid4().hex[:12]}"
+    connection = psycopg2.connect(dsn)
+    connection.autocommit = True
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE DATABASE {name}")
+    connection.close()
+    return dsn.rsplit("/", 1)[0] + f"/{name}"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import sqlite3
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,21 +25,10 @@ from reproit_otel.wire.artifacts import capsule_artifact, naming_artifact
 from reproit_otel.wire.canonical import canonical_json
 from tests.integration.capture_helpers import built_batch
 from tests.integration.served_ingest import ServedIngest
+from tests.pgserver import fresh_database
 
 DAY_MS = 86_400_000
 NOW_MS = 1_800_000_000_000
-
-
-def _fresh_postgres(dsn: str) -> str:
-    import psycopg2
-
-    name = f"reproit_{uuid.uuid4().hex[:12]}"
-    connection = psycopg2.connect(dsn)
-    connection.autocommit = True
-    with connection.cursor() as cursor:
-        cursor.execute(f"CREATE DATABASE {name}")
-    connection.close()
-    return dsn.rsplit("/", 1)[0] + f"/{name}"
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -48,7 +36,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'ingest.db'}"
     else:
-        url = _fresh_postgres(request.getfixturevalue("postgres_dsn"))
+        url = fresh_database(request.getfixturevalue("postgres_dsn"))
     opened = open_store(url)
     yield opened
     opened.close()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import json
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,21 +20,10 @@ from reproit_otel.wire.capsule import capsule_bytes, capsule_from_batch, load_ca
 from tests.integration.capture_helpers import built_batch, failing_trace, queued
 from tests.integration.loopback_ingest import down_url
 from tests.integration.served_ingest import ServedIngest, cli_command
+from tests.pgserver import fresh_database
 
 KEY = "team-key"
 AUTH = {"authorization": f"Bearer {KEY}"}
-
-
-def _fresh_postgres(dsn: str) -> str:
-    import psycopg2
-
-    name = f"reproit_{uuid.uuid4().hex[:12]}"
-    connection = psycopg2.connect(dsn)
-    connection.autocommit = True
-    with connection.cursor() as cursor:
-        cursor.execute(f"CREATE DATABASE {name}")
-    connection.close()
-    return dsn.rsplit("/", 1)[0] + f"/{name}"
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -43,7 +31,7 @@ def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServedIng
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'ingest.db'}"
     else:
-        url = _fresh_postgres(request.getfixturevalue("postgres_dsn"))
+        url = fresh_database(request.getfixturevalue("postgres_dsn"))
     server = ServedIngest(url, "--api-key", KEY, "--max-body-bytes", "262144")
     yield server
     assert server.stop() == 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,26 +13,14 @@ from reproit_otel.ingest.facts import batch_facts, server_span_facts
 from reproit_otel.ingest.store import Occurrence, Store, open_store
 from reproit_otel.wire.canonical import canonical_json
 from tests.integration.capture_helpers import built_batch
-
-
-def _fresh_postgres(dsn: str) -> str:
-    """A new database on the session server, so every test starts empty."""
-    import psycopg2
-
-    name = f"reproit_{uuid.uuid4().hex[:12]}"
-    connection = psycopg2.connect(dsn)
-    connection.autocommit = True
-    with connection.cursor() as cursor:
-        cursor.execute(f"CREATE DATABASE {name}")
-    connection.close()
-    return dsn.rsplit("/", 1)[0] + f"/{name}"
+from tests.pgserver import fresh_database
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'ingest.db'}"
-    return _fresh_postgres(request.getfixturevalue("postgres_dsn"))
+    return fresh_database(request.getfixturevalue("postgres_dsn"))
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ over OTLP. The browser test (``test_ingest_web.py``) covers a capture from a rea
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +23,7 @@ from reproit_otel.ingest.store import OccurrenceFacets, Store, open_store
 from reproit_otel.ingest.webauth import COOKIE_NAME, SESSION_SECONDS, ReadKeys
 from reproit_otel.wire.canonical import canonical_json
 from tests.integration.pipeline_support import ServedASGI
+from tests.pgserver import fresh_database
 
 KEY = "k-ingest"
 EVIL = "<script>alert(1)</script>"
@@ -31,24 +31,12 @@ PLACEHOLDER = {"$reproit": {"redacted": True, "type": "string", "length": 7}}
 IDENTITY = {"bodyBytes": 10000, "bodySha256": "ab" * 32, "truncated": True}
 
 
-def _fresh_postgres(dsn: str) -> str:
-    import psycopg2
-
-    name = f"reproit_{uuid.uuid4().hex[:12]}"
-    connection = psycopg2.connect(dsn)
-    connection.autocommit = True
-    with connection.cursor() as cursor:
-        cursor.execute(f"CREATE DATABASE {name}")
-    connection.close()
-    return dsn.rsplit("/", 1)[0] + f"/{name}"
-
-
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     if request.param == "sqlite":
         opened = open_store(f"sqlite:///{tmp_path / 'ingest.db'}")
     else:
-        opened = open_store(_fresh_postgres(request.getfixturevalue("postgres_dsn")))
+        opened = open_store(fresh_database(request.getfixturevalue("postgres_dsn")))
     yield opened
     opened.close()
 
