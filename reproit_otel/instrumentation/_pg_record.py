@@ -64,7 +64,6 @@ this module holds the layers and decides when each exchange finishes.
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 import uuid
 import weakref
 from collections.abc import Callable
@@ -78,28 +77,32 @@ from reproit_otel.instrumentation import _pg_setup
 from reproit_otel.instrumentation._pg_common import (
     LIBRARY,
     callproc_text,
-    effect_kind,
     statement_text,
 )
 from reproit_otel.instrumentation._pg_mixing import mixed_class
+from reproit_otel.instrumentation._pg_setup import plain_select
 from reproit_otel.instrumentation._pg_statement import (
     _INTERNAL,
     _LATER,
     _MANY,
-    _NO_REQUEST,
-    _encode_rows,
+    _SELECT_HEADS,
+    _SHOW_HEADS,
+    _effect,
+    _failed,
+    _fetchmany,
+    _finish,  # noqa: F401 - the effect-kind tests reach it through this module
+    _Pending,
     _raw_rows,
     _read_result,
+    _scroll,
+    _settle,
     _Statement,
     _statement,
     build_row,
     error_response,
+    held_in_rows,
 )
-from reproit_otel.instrumentation._pg_values import (
-    UnsupportedValue,
-    encode_params,
-)
-from reproit_otel.wire._js import _JS_SPACE
+from reproit_otel.instrumentation._pg_values import encode_params
 from reproit_otel.wire.bounds import MAX_PG_ROWS
 from reproit_otel.wire.sql_redaction import redact_sql_values
 
@@ -130,12 +133,6 @@ _cursor = _ext.connection.cursor
 _LASTING = frozenset({int, str, float, bool, type(None), bytes, uuid.UUID, dt.date})
 _NAIVE = frozenset({dt.datetime, dt.time})  # lasting while they carry no tzinfo
 
-# effect_kind() without its calls for the usual statement heads: every ASCII spelling of
-# SELECT and SHOW is a read; a head with no leading white space needs no trimming.
-_SELECT_HEADS = frozenset(map("".join, itertools.product(*zip("SELECT", "select", strict=True))))
-_SHOW_HEADS = frozenset(map("".join, itertools.product(*zip("SHOW", "show", strict=True))))
-_READ_WORDS = ("SELECT", "SHOW")
-_SPACES = frozenset(_JS_SPACE)  # what js_trim() strips
 _SETUP_HEADS = frozenset("sS")  # statements a connection may learn from start with S
 
 
@@ -150,109 +147,6 @@ def _render(cursor: Any) -> Callable[[Any], str]:
         return str(query.as_string(cursor))
 
     return render
-
-
-def _effect(text: str) -> str:
-    """:func:`effect_kind` of ``text``, with no call for an ASCII ``SELECT``/``SHOW`` head."""
-    if text[:6] in _SELECT_HEADS or text[:4] in _SHOW_HEADS:
-        return "read"
-    if text[:1] in _SPACES:
-        return effect_kind(text)
-    # No leading white space: trimming could only shorten the head at its end, which changes
-    # neither its first letters nor their upper case.
-    return "read" if text[:8].upper().startswith(_READ_WORDS) else "write"
-
-
-def _finish(recorder: recording.ExchangeRecorder, statement: _Statement) -> None:
-    """Hand the exchange over; it is built only when it is wanted."""
-    text = statement.text
-    held = _held(statement)
-    if text[:6] in _SELECT_HEADS or text[:4] in _SHOW_HEADS:
-        recorder.finish_deferred("read", statement.build, held)
-    else:
-        recorder.finish_deferred(_effect(text), statement.build, held)
-
-
-def _held(statement: _Statement) -> int:
-    """About how many bytes the statement's snapshot keeps (the capture budget counts them):
-    its text and the text and bytes values of the rows kept; other values count 8."""
-    held = len(statement.text)
-    rows: Any = statement.raw if statement.raw is not None else statement.rows
-    for row in rows or ():
-        for value in row.values() if isinstance(row, dict) else row:
-            held += len(value) if isinstance(value, (str, bytes)) else 8
-    return held
-
-
-def _settle(recorder: recording.ExchangeRecorder, statement: _Statement | None) -> None:
-    """Finish ``recorder`` with ``statement``, or fail it when there is nothing to finish."""
-    if statement is None:
-        recorder.fail(_NO_REQUEST)
-        return
-    try:
-        _finish(recorder, statement)
-    except Exception as exc:
-        recorder.fail(_INTERNAL)
-        absorb("psycopg2.record", exc)
-
-
-def _failed(
-    recorder: recording.ExchangeRecorder, statement: _Statement | None, error: BaseException
-) -> None:
-    """The statement raised ``error``: record its error response (read now, not kept)."""
-    if statement is None:
-        recorder.fail(_NO_REQUEST)
-        return
-    try:
-        statement.response = error_response(error)
-        _finish(recorder, statement)
-    except Exception as exc:
-        recorder.fail(_INTERNAL)
-        absorb("psycopg2.record", exc)
-
-
-class _Pending:
-    """A named cursor's exchange, collecting rows as the application fetches them."""
-
-    __slots__ = ("count", "description", "failure", "recorder", "rows", "statement")
-
-    def __init__(
-        self, recorder: recording.ExchangeRecorder, statement: _Statement | None, command: Any
-    ) -> None:
-        self.recorder = recorder
-        self.statement = statement
-        if statement is not None:
-            statement.command = command
-        self.count = 0
-        self.rows: list[dict[str, Any]] = []
-        self.description: Any = None
-        self.failure: str | None = None
-
-    def add(self, cursor: Any, raw: list[tuple[Any, ...]]) -> None:
-        try:
-            if self.description is None:
-                self.description = cursor.description
-            room = MAX_PG_ROWS - len(self.rows)
-            if raw and room > 0 and self.failure is None and self.description is not None:
-                names = [column.name for column in self.description]
-                try:
-                    self.rows.extend(_encode_rows(names, raw[:room]))
-                except UnsupportedValue as error:
-                    self.failure = str(error)
-        except Exception as exc:
-            absorb("psycopg2.record_rows", exc)
-        self.count += len(raw)
-
-    def settle(self) -> None:
-        if self.failure is not None:
-            self.recorder.fail(self.failure)
-            return
-        statement = self.statement
-        if statement is not None:
-            statement.row_count = self.count
-            statement.description = self.description
-            statement.rows = self.rows
-        _settle(self.recorder, statement)
 
 
 class RecordingCursor(_ext.cursor):
@@ -315,7 +209,14 @@ class RecordingCursor(_ext.cursor):
         recorder = recording.start_exchange(LIBRARY) if _active else None
         if recorder is None:
             result = _execute(self, query, vars)
-            if _active and type(query) is str and query[:1] in _SETUP_HEADS:
+            # Outside a capture only connection-scope answers are kept; a plain SELECT (most
+            # statements) is told apart by one match, with no call of ours.
+            if (
+                _active
+                and query.__class__ is str
+                and query[:1] in _SETUP_HEADS
+                and not plain_select(query)
+            ):
                 self._reproit_learn(query, vars)
             return result
         statement: _Statement | None
@@ -351,18 +252,43 @@ class RecordingCursor(_ext.cursor):
         except BaseException:
             recorder.fail("interrupted while the statement ran")
             raise
-        if statement is None or self.name is not None or self.connection.async_:
+        connection: Any = self.connection
+        if statement is None or self.name is not None or connection.async_:
             self._reproit_after(recorder, statement)
             return result
-        # A client-side cursor (the usual case), with _settle inlined.
+        # A client-side cursor (the usual case): _read_result, _settle and _finish inlined,
+        # since every captured statement passes here.
         try:
-            _read_result(self, statement)
-            setup = self.connection.__dict__.get("_reproit_setup")
+            description = self.description
+            held = 0
+            if description is not None:
+                factory = self.row_factory
+                self.row_factory = None
+                try:
+                    raw = _fetchmany(self, MAX_PG_ROWS + 1)
+                finally:
+                    self.row_factory = factory
+                if raw:
+                    _scroll(self, 0, "absolute")
+                    held = held_in_rows(raw)
+                statement.raw = raw
+            statement.command = self.statusmessage
+            statement.row_count = self.rowcount
+            statement.description = description
+            try:
+                setup = connection._reproit_setup
+            except AttributeError:  # a connection this recorder did not make
+                setup = None
             if setup is not None:
                 statement.setup = setup.carried_into(recorder.owner)
-            if statement.text[:1] in _SETUP_HEADS:
-                self._reproit_learn(statement.text, vars, statement, recorder.owner)
-            _finish(recorder, statement)
+            text = statement.text
+            if text[:1] in _SETUP_HEADS and not plain_select(text):
+                self._reproit_learn(text, vars, statement, recorder.owner)
+            held += len(text)
+            if text[:6] in _SELECT_HEADS or text[:4] in _SHOW_HEADS:
+                recorder.finish_deferred("read", statement.build, held)
+            else:
+                recorder.finish_deferred(_effect(text), statement.build, held)
         except Exception as exc:
             recorder.fail(_INTERNAL)
             absorb("psycopg2.record", exc)

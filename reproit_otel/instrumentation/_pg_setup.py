@@ -23,6 +23,7 @@ Bounds: :data:`MAX_REMEMBERED` statements per connection (the latest answer per 
 
 from __future__ import annotations
 
+import re
 import weakref
 from collections.abc import Callable
 from typing import Any, Final
@@ -31,7 +32,7 @@ from reproit_otel._guard import absorb
 from reproit_otel.instrumentation._pg_values import encode_params
 from reproit_otel.wire.statements import ambient_key, statement_scope
 
-__all__ = ["MAX_REMEMBERED", "MAX_ROWS", "ConnectionSetup", "worth_remembering"]
+__all__ = ["MAX_REMEMBERED", "MAX_ROWS", "ConnectionSetup", "plain_select", "worth_remembering"]
 
 MAX_REMEMBERED: Final = 8
 """Connection-scope answers a connection keeps (the oldest give way)."""
@@ -43,17 +44,20 @@ _HEADS: Final = frozenset("sS")  # SELECT, SHOW, SET: every statement worth reme
 _SCOPES: Final = frozenset({"setting", "introspection"})
 
 
-# Substrings one of which every remembered SELECT holds; checked before the classification,
-# since every SELECT of every captured request passes here.
+# Every remembered SELECT holds one of these substrings. Every SELECT of every request,
+# captured or not, is tested, so the test is one match of a compiled pattern: a head that
+# upper-cases to "SELE" (only ASCII letters do) not followed by any of the marks. No mark can
+# start inside that head, so looking after it is the same as looking in the whole text.
 _SELECT_MARKS: Final = ("pg_type", "version", "current_s", "set_config", "VERSION", "CURRENT_S")
+plain_select: Final = re.compile(
+    "[sS][eE][lL][eE](?!.*?(?:" + "|".join(map(re.escape, _SELECT_MARKS)) + "))", re.DOTALL
+).match
+"""A match (truthy) when ``text`` is a SELECT holding no mark: never worth remembering."""
 
 
 def worth_remembering(text: Any, values: Any) -> bool:
     """Whether a statement's answer tells something about the connection (cheap first)."""
-    if type(text) is not str or text[:1] not in _HEADS:
-        return False
-    head = text[:4].upper()
-    if head == "SELE" and not any(mark in text for mark in _SELECT_MARKS):
+    if type(text) is not str or text[:1] not in _HEADS or plain_select(text):
         return False
     return statement_scope(text, values) in _SCOPES
 

@@ -10,7 +10,10 @@ returns the ``pg`` exchange (PROTOCOL 4.4). See :mod:`._pg_record` for what is r
 
 from __future__ import annotations
 
+import datetime as dt
+import itertools
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 from psycopg2 import extensions as _ext
@@ -18,13 +21,14 @@ from psycopg2 import extensions as _ext
 from reproit_otel._guard import absorb
 from reproit_otel.capture import recording
 from reproit_otel.instrumentation._exceptions import exception_type_name
-from reproit_otel.instrumentation._pg_common import RESOURCE, column_entry, effect_key
+from reproit_otel.instrumentation._pg_common import RESOURCE, column_entry, effect_key, effect_kind
 from reproit_otel.instrumentation._pg_values import (
     UnsupportedValue,
     column_keys,
     encode_params,
     encode_value,
 )
+from reproit_otel.wire._js import _JS_SPACE
 from reproit_otel.wire.bounds import MAX_PG_ROWS
 from reproit_otel.wire.sql_redaction import redact_sql_values, redacted_originals, scrub_echoes
 
@@ -233,3 +237,137 @@ def _result_response(
         None if description is None else [column_entry(column) for column in description]
     )
     return response
+
+
+# effect_kind() without its calls for the usual statement heads: every ASCII spelling of
+# SELECT and SHOW is a read; a head with no leading white space needs no trimming.
+_SELECT_HEADS = frozenset(map("".join, itertools.product(*zip("SELECT", "select", strict=True))))
+_SHOW_HEADS = frozenset(map("".join, itertools.product(*zip("SHOW", "show", strict=True))))
+_READ_WORDS = ("SELECT", "SHOW")
+_SPACES = frozenset(_JS_SPACE)  # what js_trim() strips
+# Value classes that are neither str nor bytes: _held counts them 8 without an isinstance call.
+_NOT_TEXT = frozenset({int, float, bool, type(None), Decimal, dt.date, dt.datetime, dt.time})
+
+
+def _effect(text: str) -> str:
+    """:func:`effect_kind` of ``text``, with no call for an ASCII ``SELECT``/``SHOW`` head."""
+    if text[:6] in _SELECT_HEADS or text[:4] in _SHOW_HEADS:
+        return "read"
+    if text[:1] in _SPACES:
+        return effect_kind(text)
+    # No leading white space: trimming could only shorten the head at its end, which changes
+    # neither its first letters nor their upper case.
+    return "read" if text[:8].upper().startswith(_READ_WORDS) else "write"
+
+
+def _finish(recorder: recording.ExchangeRecorder, statement: _Statement) -> None:
+    """Hand the exchange over; it is built only when it is wanted."""
+    text = statement.text
+    held = _held(statement)
+    if text[:6] in _SELECT_HEADS or text[:4] in _SHOW_HEADS:
+        recorder.finish_deferred("read", statement.build, held)
+    else:
+        recorder.finish_deferred(_effect(text), statement.build, held)
+
+
+def _held(statement: _Statement) -> int:
+    """About how many bytes the statement's snapshot keeps (the capture budget counts them):
+    its text and the text and bytes values of the rows kept; other values count 8."""
+    held = len(statement.text)
+    raw = statement.raw
+    if raw is not None:
+        return held + held_in_rows(raw)
+    for row in statement.rows or ():
+        for value in row.values():
+            held += len(value) if isinstance(value, (str, bytes)) else 8
+    return held
+
+
+def held_in_rows(rows: list[tuple[Any, ...]]) -> int:
+    """The bytes :func:`_held` counts for raw rows (value tuples as the C cursor reads them).
+
+    Runs for every row a captured statement keeps, so the usual value classes are told by
+    identity (no call) and only other classes by ``isinstance``.
+    """
+    held = 0
+    for row in rows:
+        for value in row:
+            kind = value.__class__
+            if kind is str or kind is bytes:
+                held += len(value)
+            elif kind in _NOT_TEXT or not isinstance(value, (str, bytes)):
+                held += 8
+            else:
+                held += len(value)
+    return held
+
+
+def _settle(recorder: recording.ExchangeRecorder, statement: _Statement | None) -> None:
+    """Finish ``recorder`` with ``statement``, or fail it when there is nothing to finish."""
+    if statement is None:
+        recorder.fail(_NO_REQUEST)
+        return
+    try:
+        _finish(recorder, statement)
+    except Exception as exc:
+        recorder.fail(_INTERNAL)
+        absorb("psycopg2.record", exc)
+
+
+def _failed(
+    recorder: recording.ExchangeRecorder, statement: _Statement | None, error: BaseException
+) -> None:
+    """The statement raised ``error``: record its error response (read now, not kept)."""
+    if statement is None:
+        recorder.fail(_NO_REQUEST)
+        return
+    try:
+        statement.response = error_response(error)
+        _finish(recorder, statement)
+    except Exception as exc:
+        recorder.fail(_INTERNAL)
+        absorb("psycopg2.record", exc)
+
+
+class _Pending:
+    """A named cursor's exchange, collecting rows as the application fetches them."""
+
+    __slots__ = ("count", "description", "failure", "recorder", "rows", "statement")
+
+    def __init__(
+        self, recorder: recording.ExchangeRecorder, statement: _Statement | None, command: Any
+    ) -> None:
+        self.recorder = recorder
+        self.statement = statement
+        if statement is not None:
+            statement.command = command
+        self.count = 0
+        self.rows: list[dict[str, Any]] = []
+        self.description: Any = None
+        self.failure: str | None = None
+
+    def add(self, cursor: Any, raw: list[tuple[Any, ...]]) -> None:
+        try:
+            if self.description is None:
+                self.description = cursor.description
+            room = MAX_PG_ROWS - len(self.rows)
+            if raw and room > 0 and self.failure is None and self.description is not None:
+                names = [column.name for column in self.description]
+                try:
+                    self.rows.extend(_encode_rows(names, raw[:room]))
+                except UnsupportedValue as error:
+                    self.failure = str(error)
+        except Exception as exc:
+            absorb("psycopg2.record_rows", exc)
+        self.count += len(raw)
+
+    def settle(self) -> None:
+        if self.failure is not None:
+            self.recorder.fail(self.failure)
+            return
+        statement = self.statement
+        if statement is not None:
+            statement.row_count = self.count
+            statement.description = self.description
+            statement.rows = self.rows
+        _settle(self.recorder, statement)
