@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
@@ -37,6 +36,7 @@ __all__ = [
     "is_captured_body_type",
     "parse_query",
     "publish_inbound",
+    "reset_inbound",
     "single_or_list",
     "withdraw_inbound",
 ]
@@ -48,24 +48,65 @@ JSON_TYPE = "application/json"
 FORM_TYPE = "application/x-www-form-urlencoded"
 
 
-@dataclass
 class InboundRequest:
-    """One inbound HTTP request as the middleware saw it."""
+    """One inbound HTTP request as the middleware saw it.
+
+    ``InboundRequest(method, path, input, header, *, operation=None, input_factory=None)``;
+    ``header`` answers :meth:`header`. A middleware may subclass it to keep its own
+    per-request state in the same object (the WSGI middleware does: one object per request).
+    """
+
+    # Slots: one small object per request, read on the span processor's hot path.
+    __slots__ = (
+        "_header",
+        "input",
+        "input_factory",
+        "method",
+        "operation",
+        "operation_name",
+        "path",
+    )
 
     method: str
     """Request method as sent (``GET``)."""
     path: str
     """Concrete, percent-decoded path without the query (``/orders/42``)."""
+    operation_name: str
+    """``METHOD /concrete/path``, the operation name (PROTOCOL 9.1)."""
     input: dict[str, Any]
     """The canonical input (``wire.inputs.http_input``), not yet redacted (unused when
     ``input_factory`` is given)."""
-    header: Callable[[str], str | None]
-    """First value of a lowercase request header name, or None."""
-    operation: Operation | None = field(default=None, repr=False)
-    """Set by the span processor when the server span of this request begins an operation."""
-    input_factory: Callable[[], dict[str, Any]] | None = field(default=None, repr=False)
+    input_factory: Callable[[], dict[str, Any]] | None
     """Builds the canonical input from what the middleware kept, when it is wanted (a capture
-    builds it only for an operation that fails)."""
+    builds it only for an operation that fails). It must not refer to the request: the
+    operation's trace keeps it, and the request refers to the operation."""
+    operation: Operation | None
+    """Set by the span processor when the server span of this request begins an operation."""
+
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        input: dict[str, Any],
+        header: Callable[[str], str | None],
+        *,
+        operation: Operation | None = None,
+        input_factory: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
+        self.method = method
+        self.path = path
+        self.operation_name = f"{method} {path}"
+        self.input = input
+        self._header = header
+        self.operation = operation
+        self.input_factory = input_factory
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.operation_name!r})"
+
+    def header(self, name: str) -> str | None:
+        """First value of a lowercase request header name, or None."""
+        return self._header(name)
 
     def canonical_input(self) -> dict[str, Any]:
         """The canonical input: ``input_factory()`` when given, else ``input``."""
@@ -73,28 +114,25 @@ class InboundRequest:
             return self.input_factory()
         return self.input
 
-    @property
-    def operation_name(self) -> str:
-        """``METHOD /concrete/path``, the operation name (PROTOCOL 9.1)."""
-        return f"{self.method} {self.path}"
-
 
 _current: contextvars.ContextVar[InboundRequest | None] = contextvars.ContextVar(
     "reproit_inbound", default=None
 )
 
+# The context variable's own methods, not functions around them: they run on every request,
+# and a bound C method costs no Python frame.
+current_inbound: Callable[[], InboundRequest | None] = _current.get
+"""The inbound request of the current context, if a middleware published one."""
 
-def current_inbound() -> InboundRequest | None:
-    """The inbound request of the current context, if a middleware published one."""
-    return _current.get()
+publish_inbound: Callable[[InboundRequest | None], contextvars.Token[InboundRequest | None]] = (
+    _current.set
+)
+"""Make a request the current inbound request; give the token to :func:`withdraw_inbound`
+(the two halves of :class:`inbound_scope`, for a middleware's hot path)."""
 
-
-def publish_inbound(request: InboundRequest) -> contextvars.Token[InboundRequest | None]:
-    """Make ``request`` the current inbound request; give the token to :func:`withdraw_inbound`.
-
-    The two halves of :class:`inbound_scope`, for a middleware's hot path.
-    """
-    return _current.set(request)
+reset_inbound: Callable[[contextvars.Token[InboundRequest | None]], None] = _current.reset
+"""Undo :func:`publish_inbound` in the context that published; raises ValueError for a token
+of another context (:func:`withdraw_inbound` handles that case)."""
 
 
 def withdraw_inbound(token: contextvars.Token[InboundRequest | None]) -> None:

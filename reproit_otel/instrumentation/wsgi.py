@@ -38,7 +38,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
-from types import TracebackType
+from types import MethodType, TracebackType
 from typing import Any
 
 from reproit_otel._guard import absorb, guarded
@@ -52,9 +52,8 @@ from reproit_otel.capture.inbound import (
     is_captured_body_type,
     parse_query,
     publish_inbound,
-    withdraw_inbound,
+    reset_inbound,
 )
-from reproit_otel.capture.operation import Operation
 from reproit_otel.failures import note_exception
 from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.inputs import http_input
@@ -82,12 +81,6 @@ def _environ_key(name: str) -> str:
     return key if key in ("CONTENT_TYPE", "CONTENT_LENGTH") else "HTTP_" + key
 
 
-def _environ_header(environ: dict[str, Any], name: str) -> str | None:
-    """First value of the lowercase header ``name`` as the request carried it, or None."""
-    value = environ.get(_environ_key(name))
-    return value if isinstance(value, str) else None
-
-
 def _environ_headers(environ: dict[str, Any]) -> dict[str, str]:
     """Every request header of a WSGI environ, by lowercase name."""
     headers: dict[str, str] = {}
@@ -108,8 +101,7 @@ def _text(value: str) -> str:
         return value
 
 
-def _read_body(environ: dict[str, Any]) -> bytes:
-    content_type = environ.get("CONTENT_TYPE")
+def _read_body(environ: dict[str, Any], content_type: object) -> bytes:
     if not isinstance(content_type, str) or not is_captured_body_type(content_type):
         return b""
     try:
@@ -127,33 +119,25 @@ def _read_body(environ: dict[str, Any]) -> bytes:
     return data
 
 
-def inbound_from_environ(environ: dict[str, Any]) -> InboundRequest:
-    """The :class:`InboundRequest` of a WSGI request (reads a small JSON body, see above).
+class _EnvironCopy(dict[str, Any]):
+    """The environ as the request came in, with the request body read from it; calling it
+    builds the canonical input (PROTOCOL 9.2).
 
-    Headers, query and body are decoded only if the input is wanted (a failing capture, a
-    scan request): the request keeps a shallow copy of the environ as it came in.
+    It is the request's ``input_factory``: one object kept per request, decoded only if the
+    input is wanted (a failing capture, a scan request). It does not refer to the request,
+    so the operation's trace may keep it.
     """
-    snapshot = environ.copy()
-    body = _read_body(environ)
-    method = environ.get("REQUEST_METHOD") or "GET"
-    script = environ.get("SCRIPT_NAME") or ""
-    path = _text(f"{script}{environ.get('PATH_INFO') or ''}") or "/"
-    return InboundRequest(
-        method=method if type(method) is str else str(method),
-        path=path,
-        input={},
-        header=partial(_environ_header, snapshot),
-        input_factory=partial(_canonical_input, body, snapshot),
-    )
 
+    __slots__ = ("body",)
 
-def _canonical_input(body: bytes, environ: dict[str, Any]) -> dict[str, Any]:
-    """The canonical input (PROTOCOL 9.2) from what the request carried (built when wanted)."""
-    return http_input(
-        body=decode_body(body, environ.get("CONTENT_TYPE")),
-        query=parse_query(str(environ.get("QUERY_STRING") or "")),
-        headers=_environ_headers(environ),
-    )
+    body: bytes
+
+    def __call__(self) -> dict[str, Any]:
+        return http_input(
+            body=decode_body(self.body, self.get("CONTENT_TYPE")),
+            query=parse_query(str(self.get("QUERY_STRING") or "")),
+            headers=_environ_headers(self),
+        )
 
 
 def _output(body: bytes, headers: list[tuple[str, str]]) -> Any:
@@ -162,9 +146,16 @@ def _output(body: bytes, headers: list[tuple[str, str]]) -> Any:
     return None if decoded is UNSET else decoded
 
 
+_STATUS_CODES: dict[str, int | None] = {}
+"""Status lines already parsed (an application answers with a handful of them)."""
+
+
 def _status_code(status: str) -> int | None:
     head = status.split(" ", 1)[0]
-    return int(head) if head.isdigit() else None
+    code = int(head) if head.isdigit() else None
+    if len(_STATUS_CODES) < 256:
+        _STATUS_CODES[status] = code
+    return code
 
 
 def _content_type(headers: list[tuple[str, str]]) -> str | None:
@@ -174,69 +165,117 @@ def _content_type(headers: list[tuple[str, str]]) -> str | None:
     return None
 
 
-class _Exchange:
-    """The held response start of one request and the operation it finishes."""
+class _WSGIRequest(InboundRequest):
+    """One WSGI request: what the span processor reads, the response start held for it, and
+    the body handed to the server (its first 64 KiB held until the start is released).
 
-    def __init__(self, inbound: InboundRequest, start_response: StartResponse) -> None:
-        self.inbound = inbound
+    One object per request, so a healthy request pays for one object and few calls.
+    """
+
+    __slots__ = (
+        "body",
+        "closed",
+        "environ",
+        "exc_info",
+        "headers",
+        "passthrough",
+        "released",
+        "server_write",
+        "start_response",
+        "status",
+    )
+
+    def __init__(self, environ: dict[str, Any], start_response: StartResponse) -> None:
+        # Sets every slot of InboundRequest itself: this runs on every captured request.
+        copy = _EnvironCopy(environ)  # before the body is read: wsgi.input as it came
+        content_type = environ.get("CONTENT_TYPE")
+        copy.body = _read_body(environ, content_type) if content_type else b""
+        method = environ.get("REQUEST_METHOD") or "GET"
+        if type(method) is not str:
+            method = str(method)
+        path = f"{environ.get('SCRIPT_NAME') or ''}{environ.get('PATH_INFO') or ''}"
+        if not path.isascii():
+            path = _text(path)
+        path = path or "/"
+        self.method = method
+        self.path = path
+        self.operation_name = f"{method} {path}"
+        self.input = {}  # unused: input_factory builds it when it is wanted
+        self.input_factory = self.environ = copy
+        self.operation = None
         self.start_response = start_response
+        self.server_write: Callable[[bytes], object] | None = None
         self.status: str | None = None
         self.headers: list[tuple[str, str]] = []
         self.exc_info: ExcInfo | None = None
         self.released = False
         self.passthrough = False
+        self.body: Iterable[bytes] = ()
+        self.closed = False
 
-    @property
-    def operation(self) -> Operation | None:
-        return self.inbound.operation
+    def header(self, name: str) -> str | None:
+        """First value of the lowercase header ``name`` as the request carried it, or None."""
+        value = self.environ.get(_environ_key(name))
+        return value if isinstance(value, str) else None
 
     def hold(
         self, status: str, headers: list[tuple[str, str]], exc_info: ExcInfo | None = None
     ) -> Callable[[bytes], object]:
         """The ``start_response`` the application calls."""
-        if self.released or self.passthrough or self.inbound.operation is None:
+        if self.released or self.passthrough or self.operation is None:
             # Nothing to finish (or an error page after the start was sent): pass through.
             self.passthrough = not self.released
             self.released = True
             if exc_info is not None:
-                return self.start_response(status, headers, exc_info)
-            return self.start_response(status, headers)
+                write = self.start_response(status, headers, exc_info)
+            else:
+                write = self.start_response(status, headers)
+            self.server_write = write
+            return write
         self.status, self.headers, self.exc_info = status, headers, exc_info
         return self._write
 
     def _write(self, data: bytes) -> object:
-        # Legacy write(): the body goes out now, so the start must go out first.
-        write = self.release(None, complete=False)
+        # Legacy write(): the body goes out now, so the start must go out first (once).
+        write = self.server_write
+        if write is None:
+            write = self.release(None, complete=False)
         return write(data)
 
-    def finish(self, body: bytes | None, *, complete: bool) -> list[tuple[str, str]]:
-        """Finish the operation; the headers to add to the response start."""
-        operation = self.inbound.operation
+    def finish(self, body: bytes | None, *, complete: bool) -> list[tuple[str, str]] | None:
+        """Finish the operation; the headers to add to the response start, if any."""
+        operation = self.operation
         if operation is None or self.status is None:
-            return []
-        status = _status_code(self.status)
+            return None
+        try:
+            status = _STATUS_CODES[self.status]
+        except KeyError:
+            status = _status_code(self.status)
         if complete and body is not None:
             # Decoded only if the operation's events are wanted (a failure, a scan request).
             operation.finish(status, output_factory=partial(_output, body, self.headers))
         else:
             operation.finish(status, None)
         if not operation.scan:
-            return []
+            return None
         header = operation.header()
-        return [] if header is None else [(EVENTS_HEADER, header)]
+        return None if header is None else [(EVENTS_HEADER, header)]
 
     def release(self, body: bytes | None, *, complete: bool) -> Callable[[bytes], object]:
         """Finish the operation and send the held response start (once)."""
         self.released = True
-        extra: list[tuple[str, str]] = []
+        extra = None
         try:
             extra = self.finish(body, complete=complete)
         except Exception as exc:
             absorb("wsgi.finish", exc)
-        headers = self.headers + extra if extra else self.headers
+        headers = self.headers if extra is None else self.headers + extra
         if self.exc_info is not None:
-            return self.start_response(self.status, headers, self.exc_info)
-        return self.start_response(self.status, headers)
+            write = self.start_response(self.status, headers, self.exc_info)
+        else:
+            write = self.start_response(self.status, headers)
+        self.server_write = write
+        return write
 
     def failed(self) -> None:
         """The application raised before the response started: the operation returns 500."""
@@ -245,23 +284,13 @@ class _Exchange:
             with guarded("wsgi.failed"):
                 operation.finish(500, None)
 
-
-class _HeldBody:
-    """The application's body, with its first 64 KiB held until the start is released."""
-
-    def __init__(self, exchange: _Exchange, body: Iterable[bytes]) -> None:
-        self._exchange = exchange
-        self._body = body
-        self._closed = False
-
     def __iter__(self) -> Iterator[bytes]:
-        exchange = self._exchange
+        # The application's body, held until it completes or passes 64 KiB.
         held: list[bytes] = []
         size = 0
-        iterator = iter(self._body)
         try:
-            for chunk in iterator:
-                if exchange.released:
+            for chunk in self.body:
+                if self.released:
                     yield from held
                     held = []
                     yield chunk
@@ -269,22 +298,26 @@ class _HeldBody:
                 held.append(chunk)
                 size += len(chunk)
                 if size > MAX_INBOUND_BODY:
-                    exchange.release(None, complete=False)
+                    self.release(None, complete=False)
                     yield from held
                     held = []
         except BaseException as error:
-            note_exception(error, exchange.inbound.operation_name)
-            exchange.failed()
+            note_exception(error, self.operation_name)
+            self.failed()
             raise
-        if not exchange.released:
-            exchange.release(b"".join(held), complete=True)
+        if not self.released:
+            self.release(b"".join(held), complete=True)
         yield from held
 
     def close(self) -> None:
-        if self._closed:
+        """Close the application's body (once), as the server asks."""
+        if self.closed:
             return
-        self._closed = True
-        close = getattr(self._body, "close", None)
+        self.closed = True
+        try:
+            close = self.body.close  # type: ignore[attr-defined]
+        except AttributeError:
+            return
         if callable(close):
             close()
 
@@ -294,42 +327,41 @@ def wsgi_call(
 ) -> Iterable[bytes]:
     """Run ``app`` for one request with reproit-otel's inbound handling around it."""
     pipeline = recording.current_pipeline()
-    if pipeline is None or current_inbound() is not None or not _begins(pipeline):
+    if pipeline is None:
+        return app(environ, start_response)
+    begins = getattr(pipeline, "begins_operations", None)
+    if (begins is not None and not begins()) or current_inbound() is not None:
         return app(environ, start_response)
     try:
-        inbound = inbound_from_environ(environ)
+        request = _WSGIRequest(environ, start_response)
     except Exception as exc:
         absorb("wsgi.inbound", exc)
         return app(environ, start_response)
-    exchange = _Exchange(inbound, start_response)
-    token = publish_inbound(inbound)
+    token = publish_inbound(request)
     try:
-        body = app(environ, exchange.hold)
+        body = app(environ, request.hold)
     except BaseException as error:
-        note_exception(error, inbound.operation_name)
-        exchange.failed()
+        note_exception(error, request.operation_name)
+        request.failed()
         raise
     finally:
-        withdraw_inbound(token)
-    if exchange.passthrough or inbound.operation is None:
+        try:
+            reset_inbound(token)
+        except ValueError:  # not in the context that published it: clear instead
+            publish_inbound(None)
+    if request.released or request.operation is None:
+        # Passed through, or a legacy write() already sent the start.
         return body
-    if exchange.released:
-        return body  # legacy write() already sent the start
     if isinstance(body, (list, tuple)):
         # Already in memory: finish now and hand back the very same object.
         data = b"".join(body)
         if len(data) > MAX_INBOUND_BODY:
-            exchange.release(None, complete=False)
+            request.release(None, complete=False)
         else:
-            exchange.release(data, complete=True)
+            request.release(data, complete=True)
         return body
-    return _HeldBody(exchange, body)
-
-
-def _begins(pipeline: object) -> bool:
-    """Whether ``pipeline`` may begin an operation for a request (else nothing is wrapped)."""
-    begins = getattr(pipeline, "begins_operations", None)
-    return begins is None or bool(begins())
+    request.body = body
+    return request
 
 
 class ReproitWSGIMiddleware:
@@ -364,11 +396,8 @@ def install_flask() -> bool:
     def __call__(
         self: Any, environ: dict[str, Any], start_response: StartResponse
     ) -> Iterable[bytes]:
-        def inner(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-            result: Iterable[bytes] = original(self, environ, start_response)
-            return result
-
-        return wsgi_call(inner, environ, start_response)
+        # A bound method rather than a closure: no Python frame of ours per request.
+        return wsgi_call(MethodType(original, self), environ, start_response)
 
     __call__.__wrapped__ = original  # type: ignore[attr-defined]
     setattr(cls, _PATCH_MARK, original)

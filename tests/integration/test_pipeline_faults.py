@@ -27,8 +27,8 @@ HOOKS: list[tuple[Any, str, str]] = [
     (ReproitSpanProcessor, "exchange_deferred", "recording.finish[requests]"),
     (Operation, "header", "{server}.finish"),
     (Operation, "finish", "{server}.finish"),
-    (wsgi, "inbound_from_environ", "wsgi.inbound"),
-    (wsgi._Exchange, "finish", "wsgi.finish"),
+    (wsgi._WSGIRequest, "__init__", "wsgi.inbound"),
+    (wsgi._WSGIRequest, "finish", "wsgi.finish"),
     (asgi, "inbound_from_scope", "asgi.inbound"),
     (asgi._Response, "finish", "asgi.finish"),
 ]
