@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -80,7 +81,15 @@ from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.exact_body import scrub_exact_bytes
 from reproit_otel.wire.exception import output_with_error
 from reproit_otel.wire.redaction import redact, scrub_secret_values, scrub_value
-from reproit_otel.wire.trace import BackendTrace, marked_oracle
+from reproit_otel.wire.trace import (
+    MAX_EVENTS,
+    BackendTrace,
+    CaptureContext,
+    Stamp,
+    marked_oracle,
+    stamp_now,
+)
+from reproit_otel.wire.trace_events import _BOUNDARY_EFFECTS
 
 __all__ = [
     "HEAVY_MAX_EVENTS",
@@ -136,16 +145,35 @@ _DB_ATTRIBUTES = ("db.system", "db.system.name")
 # database exchange that starts on the same thread while it is open; a span with no such
 # exchange (an engine on a driver reproit-otel does not record, e.g. pg8000) stays uncovered.
 _BESIDE_LIBRARIES = frozenset({"sqlalchemy"})
+_BESIDE_SCOPES = frozenset(
+    {*_BESIDE_LIBRARIES, *(_LIBRARY_PREFIX + library for library in _BESIDE_LIBRARIES)}
+)
 # Recorders whose exchanges are database statements (they may cover a span open beside them).
 _DATABASE_RECORDERS = frozenset({"psycopg2"})
 
 
 def is_dependency_span(span: Any) -> bool:
     """A CLIENT span, or a span with a ``db.system`` / ``db.system.name`` attribute."""
-    if span.kind is SpanKind.CLIENT:
+    try:  # an SDK span's fields, read directly: each property costs a call, for every span
+        kind = span._kind
+        attributes = span._attributes
+    except AttributeError:
+        kind, attributes = span.kind, span.attributes
+    if kind is SpanKind.CLIENT:
         return True
-    attributes = span.attributes or {}
+    if not attributes:
+        return False
     return any(name in attributes for name in _DB_ATTRIBUTES)
+
+
+def _scope_name(span: Any) -> str | None:
+    """The name of the instrumentation scope that made ``span``."""
+    try:
+        scope = span._instrumentation_scope  # an SDK span: see is_dependency_span
+    except AttributeError:
+        scope = getattr(span, "instrumentation_scope", None)
+    name = getattr(scope, "name", None)
+    return name if isinstance(name, str) else None
 
 
 class SpanRecord:
@@ -195,7 +223,7 @@ class Operation:
 
     def __init__(
         self,
-        trace: BackendTrace,
+        trace: BackendTrace | None,
         *,
         otel_trace_id: int,
         root_span_id: int,
@@ -207,13 +235,23 @@ class Operation:
         on_reason: Callable[[Operation, str], None],
         max_spans: int = MAX_SPANS_PER_OPERATION,
         budget: int = 0,
+        name: str = "",
+        capture_id: str = "",
+        build: str | None = None,
+        input_factory: Callable[[], Any] | None = None,
+        max_events: int = MAX_EVENTS,
+        on_tally: Callable[[Operation], None] | None = None,
     ) -> None:
-        self.trace = trace
+        """``trace`` is the operation's open trace (a scan-time operation); ``None`` for a
+        capture, whose trace is opened only if it is wanted (see "Lazy traces"): ``name`` (the
+        bounded operation name), ``capture_id`` and ``build`` (its capture context, PROTOCOL
+        5.2; the replay seed is drawn when the trace opens), ``input_factory`` (the deferred
+        ``start`` input) and ``max_events`` describe that trace."""
+        self._trace = trace
         self.max_spans = max_spans
         # Bytes of deferred exchanges held, and the most that may be (0: no limit).
         self.held = 0
         self._budget = budget
-        trace.capture_budget = budget
         self.otel_trace_id = otel_trace_id
         self.root_span_id = root_span_id
         self.scan = scan
@@ -221,7 +259,27 @@ class Operation:
         # start, else None. Only whether it is set matters here, so this module needs nothing
         # from inbound.py: inbound.py names Operation and imports run that one way.
         self.inbound = inbound
-        self.created = time.monotonic()
+        if trace is not None:
+            trace.capture_budget = budget
+            self.name = trace.operation
+            self.created = time.monotonic()
+        else:
+            self.name = name
+            # The trace's monotonic origin and its start event's stamp, taken now (as
+            # BackendTrace.begin would), then each event's stamp in ``_log``.
+            origin = self._origin = time.monotonic_ns()
+            self._start: Stamp = stamp_now(origin)
+            self.created = origin / 1e9  # the clock of time.monotonic()
+            # (effect, build, library, stamp) of each deferred exchange, in arrival order.
+            self._log: list[tuple[str, DeferredExchange, str, Stamp]] = []
+            self._returned: tuple[Any, ...] | None = None
+            self._capture_id = capture_id
+            self._build_name = build
+            self._input_factory = input_factory
+            self._max_events = max(MAX_EVENTS, max_events)
+        self._unheld: dict[str, int] = {}
+        self._capped: dict[str, int] = {}
+        self._on_tally = on_tally
         self.spans: dict[int, SpanRecord] = {}
         self.reasons: list[str] = []
         self.pending = 0
@@ -253,6 +311,79 @@ class Operation:
         # Open spans of _BESIDE_LIBRARIES by thread, innermost last.
         self._beside: dict[int, list[SpanRecord]] = {}
 
+    # -- the trace --------------------------------------------------------------------------
+
+    @property
+    def trace(self) -> BackendTrace:
+        """The operation's trace; a capture's is opened now if it was not yet (see "Lazy
+        traces"). Never read it while holding the operation's lock."""
+        trace = self._trace
+        return trace if trace is not None else self._open()
+
+    @property
+    def trace_opened(self) -> bool:
+        """Whether the trace exists (a scan-time operation, or a capture that was wanted or
+        whose events someone read)."""
+        return self._trace is not None
+
+    def _open(self) -> BackendTrace:
+        """Open a capture's trace from what was stamped so far: built with no lock held, then
+        published under the lock with what arrived meanwhile."""
+        with self._lock:
+            if self._trace is not None:
+                return self._trace
+            log = self._log
+            count = len(log)
+        fresh = BackendTrace.reopened(
+            CaptureContext(self._capture_id, self._build_name, os.urandom(8).hex()),
+            self.name,
+            input_factory=_scrubbed_input(self._input_factory or _no_input, self._secrets),
+            max_events=self._max_events,
+            origin_ns=self._origin,
+            start=self._start,
+        )
+        fresh.capture_budget = self._budget
+        fresh.unheld_effects = self._unheld
+        fresh.capped_effects = self._capped
+        for effect, build, library, stamp in log[:count]:  # the trace is not shared yet
+            fresh.defer_effect(effect, self._builder(build, library), stamp)
+        with self._lock:
+            if self._trace is not None:
+                return self._trace  # opened meanwhile by another thread
+            for effect, build, library, stamp in log[count:]:
+                fresh.defer_effect(effect, self._builder(build, library), stamp)
+            returned = self._returned
+            if returned is not None:
+                output, status, success, complete, factory, stamp = returned
+                fresh.finish(
+                    output,
+                    status,
+                    success,
+                    complete,
+                    output_factory=None
+                    if factory is None
+                    else _guarded_output(factory, self._secrets),
+                    stamp=stamp,
+                )
+            self._trace = fresh
+            self._log = []
+            self._returned = None
+        return fresh
+
+    def _builder(self, build: DeferredExchange, library: str) -> Callable[[], Any]:
+        """The trace's builder of a deferred exchange: scrubbed of the secret values read
+        when it runs (registered ones included), as the output is. It must not hold the
+        operation: the trace would then be part of a reference cycle, left to the cyclic
+        garbage collector."""
+        return functools.partial(_build, build, library, self._secrets, self._build_failures)
+
+    def _room_locked(self) -> bool:
+        """Whether an effect pushed now still leaves room for the ``return`` event."""
+        trace = self._trace
+        if trace is not None:
+            return trace.room_for_effect()
+        return len(self._log) + 1 < self._max_events - 1
+
     # -- spans ------------------------------------------------------------------------------
 
     def add_span(self, record: SpanRecord) -> bool:
@@ -268,7 +399,11 @@ class Operation:
                         self._late_locked(
                             f"{record.library}: {record.name} started after the response"
                         )
-                    if record.library in _BESIDE_LIBRARIES:
+                    try:  # an SDK span's scope name, read directly (see is_dependency_span)
+                        scope: str | None = record.span._instrumentation_scope._name
+                    except AttributeError:
+                        scope = _scope_name(record.span)
+                    if scope in _BESIDE_SCOPES:
                         self._beside.setdefault(threading.get_ident(), []).append(record)
                 return True
         finally:
@@ -315,7 +450,12 @@ class Operation:
                     self._close_beside_locked(record)
                 if not record.dependency:
                     record.dependency = is_dependency_span(span)
-                if not record.dependency or self._covered(record):
+                    if not record.dependency:
+                        return
+                state = record.exchange
+                if state is ExchangeState.PENDING or state is ExchangeState.DONE:
+                    return  # covered (see _covered)
+                if state is not ExchangeState.FAILED and self._covered(record):
                     return
                 if record.exchange is ExchangeState.FAILED:
                     return  # the failure already gave its reason
@@ -362,7 +502,9 @@ class Operation:
             with self._lock:
                 target: SpanRecord | None = None
                 if span_id is not None and span_id != self.root_span_id:
-                    target = self._dependency_ancestor(span_id)
+                    target = self.spans.get(span_id)  # most often the call's own span
+                    if target is None or not target.dependency:
+                        target = self._dependency_ancestor(span_id)
                 binding = ExchangeBinding(self, span_id, target.span_id if target else None)
                 if target is not None and target.exchange is ExchangeState.NONE:
                     target.exchange = ExchangeState.PENDING
@@ -431,8 +573,9 @@ class Operation:
         """Push a built, scrubbed exchange: redacted first, pushed under the lock."""
         fields: dict[str, Any] | None = None
         error: str | None = None
+        trace = self.trace  # a built exchange needs the trace open (opened with no lock held)
         try:
-            fields = self.trace.effect_fields(
+            fields = trace.effect_fields(
                 effect,
                 resource=UNSET if resource is None else resource,
                 key=UNSET if key is None else key,
@@ -448,7 +591,7 @@ class Operation:
                     return
                 if fields is not None:
                     try:
-                        self.trace.push_effect_fields(fields)
+                        trace.push_effect_fields(fields)
                     except TraceError as exc:
                         error = exc.code
                 if error is not None:
@@ -458,6 +601,8 @@ class Operation:
         finally:
             if self._unreported:
                 self._report()
+            if self.handed_off or self.evicted:
+                self._late_tally()
 
     def exchange_deferred(
         self,
@@ -486,39 +631,70 @@ class Operation:
             finally:
                 if self._unreported:
                     self._report()
+                if self.handed_off or self.evicted:
+                    self._late_tally()
             return
         try:
             with self._lock:
-                if not self._arrived_locked(binding):
+                # _arrived_locked(binding), inline: this runs for every exchange.
+                self._lost += 1  # until it is recorded
+                if binding.state is not ExchangeState.PENDING:
                     return
+                binding.state = ExchangeState.DONE
+                self.pending -= 1
+                covered = binding.target
+                if covered is not None:
+                    record = self.spans.get(covered)
+                    if record is not None and record.exchange is not ExchangeState.FAILED:
+                        record.exchange = ExchangeState.DONE
+                if binding.beside is not None:
+                    record = self.spans.get(binding.beside)
+                    if record is not None and record.exchange is not ExchangeState.FAILED:
+                        record.exchange = ExchangeState.DONE
+                if self._closed or self.evicted:
+                    self._late_locked("an exchange finished after the response")
+                    return
+                trace = self._trace
                 budget = self._budget
-                if self._capped_locked(effect):
-                    return  # counted as lost in the tally, as an exchange not kept
                 if budget:
-                    unheld = self.trace.unheld_effects
+                    # _capped_locked(), inline: this runs for every exchange.
+                    capped = self._capped
+                    if capped or not (
+                        len(self._log) + 1 < self._max_events - 1
+                        if trace is None
+                        else trace.room_for_effect()
+                    ):
+                        capped[effect] = capped.get(effect, 0) + 1
+                        return  # counted as lost in the tally, as an exchange not kept
+                    unheld = self._unheld
                     # The first exchanges are kept, as the batch bound keeps the first ones.
                     if unheld or self.held + held > budget:
                         unheld[effect] = unheld.get(effect, 0) + 1
                         return  # counted as lost in the tally, as an exchange not kept
                     self.held += held
-                try:
-                    # The builder must not hold the operation: the trace would then be part
-                    # of a reference cycle, left to the cyclic garbage collector. Secret
-                    # values are read when it runs (registered ones included), as for the
-                    # output.
-                    self.trace.defer_effect(
-                        effect,
-                        functools.partial(
-                            _build, build, library, self._secrets, self._build_failures
-                        ),
-                    )
-                except TraceError as exc:
-                    self._reason_locked(f"exchange not recorded: {exc.code}")
-                    return
-                self._recorded_locked()
+                if trace is None:  # not opened: stamp it, as defer_effect would
+                    if effect not in _BOUNDARY_EFFECTS:
+                        self._reason_locked("exchange not recorded: InvalidOperation")
+                        return
+                    if len(self._log) + 1 >= self._max_events:
+                        self._reason_locked("exchange not recorded: TooManyEvents")
+                        return
+                    self._log.append((effect, build, library, stamp_now(self._origin)))
+                else:
+                    try:
+                        trace.defer_effect(effect, self._builder(build, library))
+                    except TraceError as exc:
+                        self._reason_locked(f"exchange not recorded: {exc.code}")
+                        return
+                # _recorded_locked(), inline
+                self.recorded_exchanges += 1
+                self._recorded += 1
+                self._lost -= 1
         finally:
             if self._unreported:
                 self._report()
+            if self.handed_off or self.evicted:
+                self._late_tally()
 
     def _capped_locked(self, effect: str) -> bool:
         """Heavy capture past the trace's event cap: count the exchange by ``effect`` kind in
@@ -529,9 +705,8 @@ class Operation:
         """
         if not self._budget:
             return False  # not a heavy capture: TooManyEvents makes it incomplete, as before
-        trace = self.trace
-        capped = trace.capped_effects
-        if not capped and trace.room_for_effect():
+        capped = self._capped
+        if not capped and self._room_locked():
             return False
         capped[effect] = capped.get(effect, 0) + 1
         return True
@@ -550,6 +725,13 @@ class Operation:
         self.recorded_exchanges += 1
         self._recorded += 1
         self._lost -= 1
+
+    def _late_tally(self) -> None:
+        """An exchange settled after the operation was handed off or evicted: the processor
+        adds its counters now (it took the others when it let go of the operation)."""
+        on_tally = self._on_tally
+        if on_tally is not None:
+            on_tally(self)
 
     def take_tally(self) -> dict[str, int]:
         """The exchange counters since the last call (the processor adds them to its own)."""
@@ -571,9 +753,10 @@ class Operation:
         """Whether a capture finishing with ``status`` may be uploaded (its events are built)."""
         if status is not None and status >= 500:
             return True
-        if not self.trace.may_hold_oracle_marker:
+        trace = self._trace  # a trace never opened holds no oracle marker
+        if trace is None or not trace.may_hold_oracle_marker:
             return False
-        return marked_oracle(self.trace.settled_events()) is not None
+        return marked_oracle(trace.settled_events()) is not None
 
     def exchange_failed(self, binding: ExchangeBinding, reason: str) -> None:
         """The exchange could not be recorded; effects become incomplete with ``reason``."""
@@ -589,6 +772,8 @@ class Operation:
         finally:
             if self._unreported:
                 self._report()
+            if self.handed_off or self.evicted:
+                self._late_tally()
 
     def mark_incomplete(self, reason: str) -> None:
         """An unrecordable call happened in this operation."""
@@ -727,20 +912,24 @@ class Operation:
             if wanted:
                 output = _guarded_output(output_factory, self._secrets)()
             else:
-                deferred_output = _guarded_output(output_factory, self._secrets)
+                deferred_output = output_factory  # guarded when the return event is pushed
         elif output is not None:
             secrets = self._secrets()
             if secrets:
                 output = scrub_value(output, secrets)
         failure = not self.scan and status is not None and status >= 500
+        trace = self._trace
+        if wanted and trace is None:
+            trace = self._open()  # no lock held: see _open
+        kept = False  # the return event kept for a trace not opened (see "Lazy traces")
         try:
             while True:
-                if wanted and self.trace.deferred_count:
-                    self.trace.materialize()  # no lock held: builders redact and allocate
+                if wanted and trace is not None and trace.deferred_count:
+                    trace.materialize()  # no lock held: builders redact and allocate
                 with self._lock:
                     if self._closed or self.evicted:
                         return
-                    if wanted and self.trace.deferred_count:
+                    if wanted and trace is not None and trace.deferred_count:
                         continue  # an exchange arrived meanwhile: build it too
                     if self._build_failures:
                         self._take_build_failures_locked()
@@ -753,6 +942,20 @@ class Operation:
                     error = self.error if failure else None
                     self._error_attached = error is not None
                     self._closed = True
+                    trace = self._trace
+                    if trace is None:  # an unwanted capture: keep the return for _open
+                        kept = True
+                        if len(self._log) + 1 >= self._max_events:
+                            self._reason_locked("operation not finished: TooManyEvents")
+                        else:
+                            self._returned = (
+                                output,
+                                UNSET if status is None else status,
+                                status is not None and status < 500,
+                                complete,
+                                deferred_output,  # guarded by _open
+                                stamp_now(self._origin),
+                            )
                     break
         finally:
             if self._unreported:
@@ -760,13 +963,17 @@ class Operation:
         if error is not None:
             output = output_with_error(output, error)
         try:
-            self.trace.finish(
-                output,
-                UNSET if status is None else status,
-                status is not None and status < 500,
-                complete,
-                output_factory=deferred_output,
-            )
+            if not kept:
+                assert trace is not None
+                trace.finish(
+                    output,
+                    UNSET if status is None else status,
+                    status is not None and status < 500,
+                    complete,
+                    output_factory=None
+                    if deferred_output is None
+                    else _guarded_output(deferred_output, self._secrets),
+                )
         except TraceError as exc:
             with self._lock:
                 self._reason_locked(f"operation not finished: {exc.code}")
@@ -830,6 +1037,23 @@ def _build(
             )
     failures.append(failure)
     return None
+
+
+def _no_input() -> None:
+    return None
+
+
+def _scrubbed_input(source: Callable[[], Any], secrets: Callable[[], tuple[str, ...]]) -> Any:
+    """The deferred ``start`` input of a capture: ``source()`` scrubbed of ``secrets()``."""
+
+    def factory() -> Any:
+        with guarded("processor.input"):
+            value = source()
+            secret_values = secrets()
+            return scrub_value(value, secret_values) if secret_values else value
+        return None
+
+    return factory
 
 
 def _guarded_output(

@@ -59,6 +59,7 @@ to ``<directory>/<traceId>.json`` (``REPROIT_DEBUG_DUMP=<directory>``).
 
 from __future__ import annotations
 
+import contextvars
 import hmac
 import itertools
 import logging
@@ -101,8 +102,8 @@ from reproit_otel.wire.redaction import scrub_secret_values, scrub_value
 from reproit_otel.wire.trace import (
     MAX_EVENTS,
     BackendTrace,
-    CaptureContext,
     TraceContext,
+    bounded_operation,
     trace_context_from_headers,
 )
 
@@ -132,8 +133,30 @@ _SPAN_KEY: str = _otel_span_key
 _SUPPRESS_KEY: str = otel_context._SUPPRESS_INSTRUMENTATION_KEY
 
 
+def _context_getter() -> Callable[[], Context]:
+    """``opentelemetry.context.get_current``, or, with the runtime context OpenTelemetry
+    installs by default (a ``ContextVar``), that variable's ``get``: one call instead of
+    three, for every recorded call."""
+    runtime = getattr(otel_context, "_RUNTIME_CONTEXT", None)
+    variable = getattr(runtime, "_current_context", None)
+    if type(runtime).__name__ == "ContextVarsRuntimeContext" and isinstance(
+        variable, contextvars.ContextVar
+    ):
+        getter: Callable[[], Context] = variable.get
+        return getter
+    return otel_context.get_current
+
+
+_current_context = _context_getter()
+
+
 class OperationSink(Protocol):
-    """Receives every finished capture operation (the uploader, the debug dump)."""
+    """Receives every finished capture operation (the uploader, the debug dump).
+
+    A sink that only keeps failures may also define ``note_healthy()``: it is then called,
+    instead of :meth:`submit`, for a capture that finished healthy (a status under 500 and no
+    agent oracle marker) whose trace was never opened, so that trace is never built.
+    """
 
     def submit(self, trace: BackendTrace) -> None:
         """Take the finished trace; must not block or raise."""
@@ -195,6 +218,7 @@ class ReproitSpanProcessor(SpanProcessor):
         every server operation; scan-time operations follow the configuration alone."""
         self.config = config if config is not None else load_config()
         self.sinks: list[OperationSink] = list(sinks)
+        self._sink_calls = [(sink, _healthy_call(sink)) for sink in self.sinks]
         # Sinks with a thread that settles handed-over work (the uploader): started at begin.
         self._settlers: list[Callable[[], None]] = [
             settler for settler in map(_settler_of, self.sinks) if settler is not None
@@ -219,6 +243,7 @@ class ReproitSpanProcessor(SpanProcessor):
     def add_sink(self, sink: OperationSink) -> None:
         """Also hand finished capture operations to ``sink`` (turns capture on)."""
         self.sinks.append(sink)
+        self._sink_calls = [*self._sink_calls, (sink, _healthy_call(sink))]
         settler = _settler_of(sink)
         if settler is not None:
             self._settlers.append(settler)
@@ -311,7 +336,7 @@ class ReproitSpanProcessor(SpanProcessor):
         including reproit-otel's own and exporters' traffic: instrumentation suppressed)."""
         if self._shutdown or not self._operations:
             return None
-        context = otel_context.get_current()
+        context = _current_context()
         if context.get(_SUPPRESS_KEY):
             return None
         span: Any = context.get(_SPAN_KEY)
@@ -319,18 +344,21 @@ class ReproitSpanProcessor(SpanProcessor):
         span_id: int | None = None
         if span is not None:  # _current_operation(), inline: this runs for every call
             try:
-                span_context = span.context  # an SDK span: one call less than get_span_context()
+                span_context: Any = span._context  # an SDK span: see _on_start
             except AttributeError:
                 span_context = span.get_span_context()
-            span_id = span_context.span_id
-            operation = self._spans.get((span_context.trace_id, span_id))
+            span_id = span_context[1]
+            operation = self._spans.get((span_context[0], span_id))
         if operation is None or operation.evicted:
             operation, span_id = self._request_operation()
             if operation is None:
                 return None
         binding = operation.bind_exchange(span_id, library)
         _open_binding.binding = binding
-        return recording.ExchangeRecorder(self, binding, library)
+        # The operation is the recorder's owner: it settles the exchange and hands its
+        # counters to the processor if it comes after the hand-off.
+        # (Its methods take the ExchangeBinding this recorder hands back as its handle.)
+        return recording.ExchangeRecorder(operation, binding, library)  # type: ignore[arg-type]
 
     def mark_incomplete(self, reason: str) -> None:
         """An unrecordable call in the current operation: its effects become incomplete."""
@@ -346,44 +374,6 @@ class ReproitSpanProcessor(SpanProcessor):
         operation, span_id = self._current_operation()
         if operation is not None:
             operation.cover_span(span_id)
-
-    def exchange_finished(
-        self,
-        handle: object,
-        effect: str,
-        resource: str | None,
-        key: str | None,
-        exchange: dict[str, Any],
-    ) -> None:
-        """Called by :class:`~reproit_otel.capture.recording.ExchangeRecorder.finish`."""
-        binding: ExchangeBinding = handle  # type: ignore[assignment]
-        operation = binding.operation
-        operation.exchange_finished(binding, effect, resource, key, exchange)
-        if operation.handed_off or operation.evicted:
-            self._take_tally(operation)
-
-    def exchange_deferred(
-        self,
-        handle: object,
-        effect: str,
-        build: recording.DeferredExchange,
-        library: str,
-        held: int = 0,
-    ) -> None:
-        """Called by :meth:`~reproit_otel.capture.recording.ExchangeRecorder.finish_deferred`."""
-        binding: ExchangeBinding = handle  # type: ignore[assignment]
-        operation = binding.operation
-        operation.exchange_deferred(binding, effect, build, library, held)
-        if operation.handed_off or operation.evicted:
-            self._take_tally(operation)
-
-    def exchange_failed(self, handle: object, reason: str) -> None:
-        """Called by :class:`~reproit_otel.capture.recording.ExchangeRecorder.fail`."""
-        binding: ExchangeBinding = handle  # type: ignore[assignment]
-        operation = binding.operation
-        operation.exchange_failed(binding, reason)
-        if operation.handed_off or operation.evicted:
-            self._take_tally(operation)
 
     # -- internals --------------------------------------------------------------------------
 
@@ -427,21 +417,28 @@ class ReproitSpanProcessor(SpanProcessor):
         return None, None
 
     def _on_start(self, span: Span) -> None:
-        parent = span.parent
-        if parent is not None and not parent.is_remote:
-            if not self._spans:
+        # An SDK span's fields are read directly and its SpanContext (a tuple: trace id, span
+        # id, remote flag, ...) by index: each property costs a call, and this runs for every
+        # span of every request. Another span class takes the public way.
+        try:
+            parent: Any = span._parent
+            context: Any = span._context
+        except AttributeError:
+            parent, context = span.parent, span.get_span_context()
+        if parent is not None and not parent[2]:  # a local parent
+            spans = self._spans
+            if not spans:
                 return  # nothing is being recorded
-            context = span.context  # an SDK span's get_span_context() costs one more call
-            trace_id = context.trace_id
-            parent_id = parent.span_id
-            operation = self._spans.get((trace_id, parent_id))
+            trace_id = context[0]
+            parent_id = parent[1]
+            operation = spans.get((trace_id, parent_id))
             if operation is None or operation.evicted:
                 return
-            span_id = context.span_id
+            span_id = context[1]
             dependency = is_dependency_span(span)
             record = SpanRecord(span_id, parent_id, span, dependency)
             if operation.add_span(record):
-                self._spans[(trace_id, span_id)] = operation  # one dict store: atomic
+                spans[(trace_id, span_id)] = operation  # one dict store: atomic
                 if dependency:
                     binding = _open_binding.binding
                     if (
@@ -457,8 +454,7 @@ class ReproitSpanProcessor(SpanProcessor):
             if not self._watching:
                 self._watching = True
                 recording.watch_collections()
-            context = span.context
-            self._begin(span, context.trace_id, context.span_id)
+            self._begin(span, context[0], context[1])
 
     def _current_secrets(self) -> tuple[str, ...]:
         """Configured secret values plus those registered since (``reproit_otel.secrets``)."""
@@ -482,13 +478,6 @@ class ReproitSpanProcessor(SpanProcessor):
                 return None
         return trace_context_from_headers(inbound.header)
 
-    def _capture_context(self) -> CaptureContext:
-        return CaptureContext(
-            f"cap-{time.time_ns() // 1_000_000}-{next(self._counter)}",
-            self.config.build,
-            os.urandom(8).hex(),  # a fresh 16-hex replaySeed
-        )
-
     def _begin(self, span: Span, trace_id: int, span_id: int) -> None:
         inbound = current_inbound()
         if inbound is not None and inbound.operation is not None:
@@ -499,7 +488,6 @@ class ReproitSpanProcessor(SpanProcessor):
         if scan_context is None:
             for keep_settling in self._settlers:  # no lock held; a no-op once it runs
                 keep_settling()
-        context = scan_context or self._capture_context()
         source: Callable[[], Any]
         if inbound is not None:
             name = inbound.operation_name
@@ -517,37 +505,46 @@ class ReproitSpanProcessor(SpanProcessor):
             # D8: a configured secret in the path would ride in the operation name, which every
             # event, span id and listing repeats.
             name = scrub_secret_values(name, secret_values)
+        trace: BackendTrace | None = None
+        bounded: str | None = None
         try:
             if scan_context is not None:
                 input_value = source()
                 secret_values = self._current_secrets()
                 if secret_values:
                     input_value = scrub_value(input_value, secret_values)
-                trace = BackendTrace.begin(context, name, input=input_value)
-            else:  # a capture: the input is built, scrubbed and redacted only if it is wanted
-                trace = BackendTrace.begin(
-                    context,
-                    name,
-                    input_factory=_input_factory(source, self._current_secrets),
-                    max_events=self.config.capture_max_events if heavy else MAX_EVENTS,
-                )
+                trace = BackendTrace.begin(scan_context, name, input=input_value)
+            else:
+                # A capture: its trace is opened, and the input built, scrubbed and redacted,
+                # only if the operation is wanted (operation.py, "Lazy traces"); the name is
+                # bounded now, as BackendTrace.begin would.
+                bounded = bounded_operation(name)
         except TraceError as exc:
             with self._lock:
                 self._stats["untraced_requests"] += 1
             _log.debug("reproit-otel: request %r not traced: %s", name, exc.code)
             return
+        config = self.config
         operation = Operation(
             trace,
             otel_trace_id=trace_id,
             root_span_id=span_id,
             scan=scan_context is not None,
             inbound=inbound,
-            effects_never=self.config.effects_complete is EffectsCompleteMode.NEVER,
+            effects_never=config.effects_complete is EffectsCompleteMode.NEVER,
             secrets=self._current_secrets,
             on_ready=self._hand_off,
             on_reason=self._note_reason,
             max_spans=HEAVY_MAX_SPANS if heavy else MAX_SPANS_PER_OPERATION,
-            budget=self.config.capture_budget if heavy else 0,
+            budget=config.capture_budget if heavy else 0,
+            name=bounded or "",
+            capture_id=""
+            if trace is not None
+            else f"cap-{time.time_ns() // 1_000_000}-{next(self._counter)}",
+            build=config.build,
+            input_factory=None if trace is not None else source,
+            max_events=config.capture_max_events if heavy else MAX_EVENTS,
+            on_tally=self._take_tally,
         )
         key = (trace_id, span_id)
         evicted: list[Operation] = []
@@ -563,7 +560,7 @@ class ReproitSpanProcessor(SpanProcessor):
             self._take_tally(old)  # not under the processor's lock: operations lock first
             _log.warning(
                 "reproit-otel: operation %r evicted (its server span did not end in time)",
-                old.trace.operation,
+                old.name,
             )
 
     def _from_attributes(self, span: Span) -> tuple[str, dict[str, Any]]:
@@ -602,11 +599,14 @@ class ReproitSpanProcessor(SpanProcessor):
         self._spans.pop((trace_id, operation.root_span_id), None)
 
     def _on_end(self, span: ReadableSpan) -> None:
-        context = span.get_span_context()
+        try:  # see _on_start
+            context: Any = span._context
+        except AttributeError:
+            context = span.get_span_context()
         if context is None:
             return
-        span_id = context.span_id
-        operation = self._spans.get((context.trace_id, span_id))
+        span_id = context[1]
+        operation = self._spans.get((context[0], span_id))
         if operation is None:
             return
         if span_id != operation.root_span_id:
@@ -632,7 +632,7 @@ class ReproitSpanProcessor(SpanProcessor):
                 "reproit-otel: effects of %r are incomplete: %s "
                 "(calls reproit-otel does not record make a capture incomplete; "
                 "logged once per reason)",
-                operation.trace.operation,
+                operation.name,
                 reason,
             )
 
@@ -658,11 +658,30 @@ class ReproitSpanProcessor(SpanProcessor):
                 self._stats["late_effect_operations"] += 1
                 return
             self._stats["operations_submitted"] += 1
+        if not operation.trace_opened:
+            # A capture never wanted (healthy: no failure status, no oracle marker): a sink
+            # that only takes failures hears of it without its trace being opened.
+            for sink, healthy in self._sink_calls:
+                try:
+                    if healthy is not None:
+                        healthy()
+                    else:
+                        sink.submit(operation.trace)
+                except Exception as exc:
+                    absorb("processor.sink", exc)
+            return
         for sink in self.sinks:
             try:
                 sink.submit(operation.trace)
             except Exception as exc:
                 absorb("processor.sink", exc)
+
+
+def _healthy_call(sink: OperationSink) -> Callable[[], None] | None:
+    """The sink's ``note_healthy`` (called instead of ``submit`` for a capture that finished
+    healthy and was never opened: a sink that only takes failures), if it has one."""
+    note = getattr(sink, "note_healthy", None)
+    return note if callable(note) else None
 
 
 def _settler_of(sink: OperationSink) -> Callable[[], None] | None:
@@ -704,19 +723,6 @@ def _error_of_span(span: ReadableSpan, secrets: tuple[str, ...]) -> dict[str, An
 
 def _same(value: Any) -> Any:
     return value
-
-
-def _input_factory(source: Callable[[], Any], secrets: Callable[[], tuple[str, ...]]) -> Any:
-    """The deferred ``start`` input of a capture: ``source()`` scrubbed of ``secrets()``."""
-
-    def factory() -> Any:
-        with guarded("processor.input"):
-            value = source()
-            secret_values = secrets()
-            return scrub_value(value, secret_values) if secret_values else value
-        return None
-
-    return factory
 
 
 class _OpenBinding(threading.local):

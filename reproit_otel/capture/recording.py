@@ -286,6 +286,9 @@ class ExchangeRecorder:
 
 
 _pipeline: RecordingPipeline | None = None
+# The installed pipeline's start_exchange when it makes every check itself (live operations,
+# suppression: ``checks_suppression``), so start_exchange() calls it straight away.
+_direct: Callable[[str], ExchangeRecorder | None] | None = None
 _override: RecordingPipeline | None = None
 _secrets: list[str] = []
 _secrets_view: tuple[str, ...] = ()
@@ -294,15 +297,21 @@ _secrets_lock = threading.Lock()
 
 def set_pipeline(pipeline: RecordingPipeline) -> None:
     """Make ``pipeline`` the receiver of every exchange (the latest call wins)."""
-    global _pipeline
+    global _pipeline, _direct
     _pipeline = pipeline
+    _direct = pipeline.start_exchange if _checks_everything(pipeline) else None
+
+
+def _checks_everything(pipeline: RecordingPipeline) -> bool:
+    return getattr(pipeline, "checks_suppression", False) is True
 
 
 def clear_pipeline(pipeline: RecordingPipeline | None = None) -> None:
     """Remove the installed pipeline (only if it is ``pipeline``, when one is given)."""
-    global _pipeline
+    global _pipeline, _direct
     if pipeline is None or _pipeline is pipeline:
         _pipeline = None
+        _direct = None
 
 
 def current_pipeline() -> RecordingPipeline | None:
@@ -438,6 +447,8 @@ def start_exchange(library: str) -> ExchangeRecorder | None:
     pipeline = _pipeline
     override = _override
     try:
+        if override is None and _direct is not None:
+            return _direct(library)  # it checks for live operations and suppression itself
         if override is not None and override.has_live_operations():
             if is_suppressed():
                 return None

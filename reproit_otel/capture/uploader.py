@@ -320,6 +320,14 @@ class Uploader(Sending):
             return
         self.record(trace)
 
+    def note_healthy(self) -> None:
+        """The span processor's call for a capture that finished healthy and whose trace was
+        never opened (instead of :meth:`submit`): counted as ``not-a-failure``."""
+        try:
+            self._ineligible("not-a-failure")
+        except Exception as exc:
+            absorb("uploader.record", exc)
+
     def keep_settling(self) -> None:
         """Start this process's uploader thread now, so it settles handed-over work.
 

@@ -71,7 +71,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from reproit_otel.errors import TraceError
-from reproit_otel.wire._js import UNSET, js_string
+from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.canonical import canonical_json_bytes
 from reproit_otel.wire.redaction import redact
 from reproit_otel.wire.trace_context import (
@@ -91,8 +91,8 @@ from reproit_otel.wire.trace_context import (
     TRACE_HEADER,
     CaptureContext,
     TraceContext,
-    _bounded,
     _common_fields,
+    bounded_operation,
     identity,
     trace_context_from_headers,
 )
@@ -110,7 +110,7 @@ from reproit_otel.wire.trace_events import (
     _effect_fields,
     marked_oracle,
 )
-from reproit_otel.wire.trace_log import EventLog, reset_sequence
+from reproit_otel.wire.trace_log import EventLog, Stamp, reset_sequence, stamp_now
 
 # The names that moved to trace_context, trace_events and trace_log are listed too, so
 # they stay importable from here.
@@ -139,11 +139,14 @@ __all__ = [
     "BackendTrace",
     "CaptureContext",
     "DeferredEffect",
+    "Stamp",
     "TraceContext",
     "TraceEvent",
+    "bounded_operation",
     "identity",
     "marked_oracle",
     "reset_sequence",
+    "stamp_now",
     "trace_context_from_headers",
 ]
 
@@ -163,9 +166,11 @@ class BackendTrace(EventLog):
         mono_ns: Callable[[], int] | None = None,
         common_factory: Callable[[], dict[str, Any]] | None = None,
         max_events: int = MAX_EVENTS,
+        origin_ns: int | None = None,
     ) -> None:
         """``common`` are the fields every event carries; ``None`` with ``common_factory``
-        (internal) builds them when an event first needs them."""
+        (internal) builds them when an event first needs them. ``origin_ns`` (internal) is the
+        monotonic origin of ``monoNs`` when the trace is opened after its first event."""
         super().__init__(
             common,
             capture_envelope=capture_envelope,
@@ -173,6 +178,7 @@ class BackendTrace(EventLog):
             mono_ns=mono_ns,
             common_factory=common_factory,
             max_events=max_events,
+            origin_ns=origin_ns,
         )
         self._return_status: Any = UNSET
         self._finished = False
@@ -221,9 +227,7 @@ class BackendTrace(EventLog):
         """
         if not isinstance(context, (TraceContext, CaptureContext)):
             context = TraceContext.from_wire(context)
-        name = _bounded(js_string(operation), MAX_OPERATION)
-        if name is None:
-            raise TraceError("InvalidOperation")
+        name = bounded_operation(operation)
         envelope = context.capture_envelope is True
         if (
             input_factory is not None
@@ -265,6 +269,37 @@ class BackendTrace(EventLog):
         else:
             factory = input_factory
             trace._defer("start", lambda: {"input": redact(factory())})
+        return trace
+
+    @classmethod
+    def reopened(
+        cls,
+        context: CaptureContext,
+        name: str,
+        *,
+        input_factory: Callable[[], Any],
+        max_events: int,
+        origin_ns: int,
+        start: Stamp,
+    ) -> BackendTrace:
+        """The trace :meth:`begin` would have opened for a capture at ``start`` (internal).
+
+        The capture pipeline stamps a request's events as they happen and opens its trace
+        only when the operation is wanted (``capture/operation.py``, "Lazy traces"): ``name``
+        is already bounded, ``origin_ns`` is the monotonic clock when the request began and
+        ``start`` the ``start`` event's stamp. Later events are added with the stamps they got
+        (``defer_effect(..., stamp=)``, ``finish(..., stamp=)``), so every byte is what a trace
+        opened at the start records.
+        """
+        trace = cls(
+            None,
+            capture_envelope=True,
+            common_factory=functools.partial(_common_fields, context, name),
+            max_events=max_events,
+            origin_ns=origin_ns,
+        )
+        factory = input_factory
+        trace._defer("start", lambda: {"input": redact(factory())}, stamp=start)
         return trace
 
     # -- reading (the event list itself is read through EventLog) ----------------------------
@@ -382,14 +417,15 @@ class BackendTrace(EventLog):
             self._marker_pushed = True
         self._push("effect", fields)
 
-    def defer_effect(self, kind: str, build: DeferredEffect) -> None:
+    def defer_effect(self, kind: str, build: DeferredEffect, stamp: Stamp | None = None) -> None:
         """Push a ``call``/``read``/``write``/``delete`` effect whose fields are built later.
 
         Internal (the capture pipeline's recorders). Takes the event's place, ``sequence``,
         ``at`` and ``monoNs`` now; ``build()`` gives ``(resource, key, exchange)`` when the
         events are first read, and the fields are then exactly those :meth:`effect` would have
-        recorded. A ``build`` returning ``None`` leaves the event out. Raises like
-        :meth:`effect` (``AlreadyFinished``, ``InvalidOperation``, ``TooManyEvents``).
+        recorded. A ``build`` returning ``None`` leaves the event out. ``stamp`` (a trace
+        opened late, see :meth:`reopened`) is the stamp the event got when it happened. Raises
+        like :meth:`effect` (``AlreadyFinished``, ``InvalidOperation``, ``TooManyEvents``).
         """
         if self._finished:
             raise TraceError("AlreadyFinished")
@@ -406,7 +442,7 @@ class BackendTrace(EventLog):
                 return None  # would be an oracle marker, which is never deferred
             return made
 
-        self._defer("effect", fields)
+        self._defer("effect", fields, stamp)
 
     def oracle(self, oracle_id: Any, detail: Any = UNSET) -> None:
         """Mark an agent oracle: an ``emit`` effect on ``reproit-oracle`` keyed by the id.
@@ -431,13 +467,15 @@ class BackendTrace(EventLog):
         effects_complete: Any = UNSET,
         *,
         output_factory: Callable[[], Any] | None = None,
+        stamp: Stamp | None = None,
     ) -> None:
         """Push the ``return`` event and mark the trace finished (PROTOCOL 2.4).
 
         ``output`` is redacted (``null`` when absent); ``status`` is recorded as given and
         left out when absent; ``success`` and ``effects_complete`` are ``true`` only for
-        ``True``. Raises ``TraceError`` ``AlreadyFinished`` or ``TooManyEvents`` (the trace then
-        stays unfinished).
+        ``True``. ``stamp`` (internal, see :meth:`reopened`) is the stamp the event got when
+        the operation finished. Raises ``TraceError`` ``AlreadyFinished`` or ``TooManyEvents``
+        (the trace then stays unfinished).
         """
         if self._finished:
             raise TraceError("AlreadyFinished")
@@ -452,9 +490,9 @@ class BackendTrace(EventLog):
         event: TraceEvent | None = None
         if self._common is None:
             # Common fields not built yet: keep it so; the event is joined when it is read.
-            self._push_unjoined_return(fields)
+            self._push_unjoined_return(fields, stamp)
         else:
-            event = self._push("return", fields)
+            event = self._push("return", fields, stamp)
             self._returned = event
         self._return_status = status
         if output_factory is not None:

@@ -35,6 +35,7 @@ from reproit_otel.wire.trace_events import MAX_EVENTS, _absent
 __all__ = [
     "CaptureContext",
     "TraceContext",
+    "bounded_operation",
     "identity",
     "trace_context_from_headers",
 ]
@@ -208,6 +209,18 @@ class CaptureContext:
         self.trace_id = trace_id
         self.build = build
         self.replay_seed = replay_seed
+
+
+def bounded_operation(operation: Any) -> str:
+    """The operation name as every event carries it: stringified, trimmed and bounded.
+
+    Raises :class:`~reproit_otel.errors.TraceError` ``InvalidOperation`` for an empty or
+    over-long name.
+    """
+    name = _bounded(js_string(operation), MAX_OPERATION)
+    if name is None:
+        raise TraceError("InvalidOperation")
+    return name
 
 
 def _common_fields(

@@ -43,13 +43,26 @@ from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.redaction import redact
 from reproit_otel.wire.trace_events import MAX_EVENTS, TraceEvent
 
-__all__ = ["EventLog", "reset_sequence"]
+__all__ = ["EventLog", "Stamp", "reset_sequence", "stamp_now"]
+
+Stamp = tuple[int, int, int]
+"""An event's ``sequence``, ``at`` and ``monoNs`` (relative to the trace's origin), taken
+when it happened. The capture pipeline stamps a request's events as they happen and opens the
+trace itself only if the operation is wanted (``capture/operation.py``, "Lazy traces"); the
+trace then takes each event with the stamp it got, so its bytes are those of a trace opened
+at the start."""
 
 
 # --- the process-wide sequence counter -------------------------------------------------------
 
 # ``next()`` on an ``itertools.count`` is one C call that the GIL keeps atomic: no lock needed.
 _sequence = itertools.count(1)
+
+
+def stamp_now(origin_ns: int) -> Stamp:
+    """A :data:`Stamp` taken now with the real clocks (as a capture trace stamps), for a
+    trace whose monotonic origin is ``origin_ns``."""
+    return (next(_sequence), time.time_ns() // 1_000_000, time.monotonic_ns() - origin_ns)
 
 
 def reset_sequence(start: int = 1) -> None:
@@ -110,6 +123,7 @@ class EventLog:
         mono_ns: Callable[[], int] | None,
         common_factory: Callable[[], dict[str, Any]] | None,
         max_events: int,
+        origin_ns: int | None = None,
     ) -> None:
         self._max_events = max(MAX_EVENTS, max_events)
         self._common: dict[str, Any] | None = None if common is None else dict(common)
@@ -124,7 +138,9 @@ class EventLog:
         self._wall_ms = wall_ms
         self._mono_ns = mono_ns
         self._origin_ns = 0
-        if capture_envelope:
+        if origin_ns is not None:
+            self._origin_ns = origin_ns  # a trace opened late (see Stamp)
+        elif capture_envelope:
             self._origin_ns = time.monotonic_ns() if mono_ns is None else mono_ns()
         self._returned: TraceEvent | None = None
 
@@ -190,12 +206,21 @@ class EventLog:
 
     # -- pushing ----------------------------------------------------------------------------
 
-    def _push(self, kind: str, fields: Mapping[str, Any]) -> TraceEvent:
+    def _push(self, kind: str, fields: Mapping[str, Any], stamp: Stamp | None = None) -> TraceEvent:
         common = self._common_now()  # built, if deferred, before the lock
         with self._lock:
             if len(self._events) >= self._max_events:
                 raise TraceError("TooManyEvents")
             event: TraceEvent = dict(common)
+            if stamp is not None:  # taken when it happened, before the trace was opened
+                event["sequence"] = stamp[0]
+                event["kind"] = kind
+                event.update(fields)
+                if self._capture_envelope:
+                    event["at"] = stamp[1]
+                    event["monoNs"] = stamp[2]
+                self._events.append(event)
+                return event
             event["sequence"] = next(_sequence)
             event["kind"] = kind
             event.update(fields)
@@ -208,17 +233,23 @@ class EventLog:
             self._events.append(event)
             return event
 
-    def _defer(self, kind: str, build: Callable[[], Mapping[str, Any] | None]) -> None:
-        """Push ``kind`` now (place, sequence, stamps); its fields come from ``build()`` later."""
+    def _defer(
+        self,
+        kind: str,
+        build: Callable[[], Mapping[str, Any] | None],
+        stamp: Stamp | None = None,
+    ) -> None:
+        """Push ``kind`` now (place, sequence, stamps: ``stamp`` when given); its fields come
+        from ``build()`` later."""
         with self._lock:
-            self._stamp_locked(kind, build)
+            self._stamp_locked(kind, build, stamp=stamp)
             self._deferred += 1
 
-    def _push_unjoined_return(self, fields: dict[str, Any]) -> None:
+    def _push_unjoined_return(self, fields: dict[str, Any], stamp: Stamp | None = None) -> None:
         """Stamp a ``return`` with ``fields`` whose common fields are not built yet; it is
         joined to them when the events are first read."""
         with self._lock:
-            entry = self._stamp_locked("return", fields=fields)
+            entry = self._stamp_locked("return", fields=fields, stamp=stamp)
             assert isinstance(entry, _Unjoined)
             self._unjoined = entry
 
@@ -243,15 +274,22 @@ class EventLog:
         kind: str,
         build: Callable[[], Mapping[str, Any] | None] | None = None,
         fields: dict[str, Any] | None = None,
+        stamp: Stamp | None = None,
     ) -> _Deferred:
-        """Append an entry stamped now (place, sequence, ``at``, ``monoNs``): a deferred event
-        built by ``build()`` later, or (with ``fields``) a ``return`` joined when it is read."""
+        """Append an entry stamped now (place, sequence, ``at``, ``monoNs``; or as ``stamp``
+        says): a deferred event built by ``build()`` later, or (with ``fields``) a ``return``
+        joined when it is read."""
         if len(self._events) >= self._max_events:
             raise TraceError("TooManyEvents")
-        sequence = next(_sequence)
         at: int | None = None
         mono: int | None = None
-        if self._capture_envelope:
+        if stamp is not None:
+            sequence = stamp[0]
+            if self._capture_envelope:
+                at, mono = stamp[1], stamp[2]
+        else:
+            sequence = next(_sequence)
+        if stamp is None and self._capture_envelope:
             wall, clock = self._wall_ms, self._mono_ns
             at = time.time_ns() // 1_000_000 if wall is None else wall()
             mono = (time.monotonic_ns() if clock is None else clock()) - self._origin_ns

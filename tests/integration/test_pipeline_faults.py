@@ -24,7 +24,7 @@ HOOKS: list[tuple[Any, str, str]] = [
     (ReproitSpanProcessor, "_on_start", "processor.on_start"),
     (ReproitSpanProcessor, "_on_end", "processor.on_end"),
     (ReproitSpanProcessor, "start_exchange", "recording.start_exchange[requests]"),
-    (ReproitSpanProcessor, "exchange_deferred", "recording.finish[requests]"),
+    (Operation, "exchange_deferred", "recording.finish[requests]"),
     (Operation, "header", "{server}.finish"),
     (Operation, "finish", "{server}.finish"),
     (wsgi._WSGIRequest, "__init__", "wsgi.inbound"),

@@ -20,6 +20,7 @@ import pytest
 
 from reproit_otel import _guard
 from reproit_otel.capture import uploader
+from reproit_otel.capture.operation import Operation
 from reproit_otel.capture.processor import ReproitSpanProcessor
 from reproit_otel.capture.uploader import Uploader
 from reproit_otel.instrumentation import _pg_record, _pg_statement, _requests_record, wsgi
@@ -34,7 +35,7 @@ HOOKS: list[tuple[Any, str, str | None]] = [
     (ReproitSpanProcessor, "_on_start", "processor.on_start"),
     (ReproitSpanProcessor, "_on_end", "processor.on_end"),
     (ReproitSpanProcessor, "start_exchange", "recording.start_exchange[requests]"),
-    (ReproitSpanProcessor, "exchange_deferred", "recording.finish[psycopg2]"),
+    (Operation, "exchange_deferred", "recording.finish[psycopg2]"),
     (_requests_record.RecordedCall, "begin", "requests.record_request"),
     (_requests_record.RecordedCall, "responded", "requests.record_response"),
     (_requests_record.RecordedCall, "failed", "requests.record_error"),
