@@ -85,12 +85,9 @@ from reproit_otel.instrumentation._pg_statement import (
     _INTERNAL,
     _LATER,
     _MANY,
-    _SELECT_HEADS,
-    _SHOW_HEADS,
-    _effect,
     _failed,
     _fetchmany,
-    _finish,  # noqa: F401 - the effect-kind tests reach it through this module
+    _finish,
     _Pending,
     _raw_rows,
     _read_result,
@@ -256,7 +253,7 @@ class RecordingCursor(_ext.cursor):
         if statement is None or self.name is not None or connection.async_:
             self._reproit_after(recorder, statement)
             return result
-        # A client-side cursor (the usual case): _read_result, _settle and _finish inlined,
+        # A client-side cursor (the usual case): _read_result, _settle and _held inlined,
         # since every captured statement passes here.
         try:
             description = self.description
@@ -284,11 +281,7 @@ class RecordingCursor(_ext.cursor):
             text = statement.text
             if text[:1] in _SETUP_HEADS and not plain_select(text):
                 self._reproit_learn(text, vars, statement, recorder.owner)
-            held += len(text)
-            if text[:6] in _SELECT_HEADS or text[:4] in _SHOW_HEADS:
-                recorder.finish_deferred("read", statement.build, held)
-            else:
-                recorder.finish_deferred(_effect(text), statement.build, held)
+            _finish(recorder, statement, held + len(text))
         except Exception as exc:
             recorder.fail(_INTERNAL)
             absorb("psycopg2.record", exc)

@@ -260,10 +260,16 @@ def _effect(text: str) -> str:
     return "read" if text[:8].upper().startswith(_READ_WORDS) else "write"
 
 
-def _finish(recorder: recording.ExchangeRecorder, statement: _Statement) -> None:
-    """Hand the exchange over; it is built only when it is wanted."""
+def _finish(
+    recorder: recording.ExchangeRecorder, statement: _Statement, held: int | None = None
+) -> None:
+    """Hand the exchange over; it is built only when it is wanted.
+
+    ``held`` is :func:`_held` of the statement when the caller already counted it.
+    """
     text = statement.text
-    held = _held(statement)
+    if held is None:
+        held = _held(statement)
     if text[:6] in _SELECT_HEADS or text[:4] in _SHOW_HEADS:
         recorder.finish_deferred("read", statement.build, held)
     else:
