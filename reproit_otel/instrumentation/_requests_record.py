@@ -45,14 +45,15 @@ to what it is about to finalize before it runs any finalizer, while a ``close()`
 application makes finds it alive. This module
 takes no lock: a response that ends in two threads at once (a read and a close) is finished
 once through a one-item token that ``list.pop`` (atomic) hands to exactly one of them.
+
+Where the parts live: the body taps and the request body observers are
+:mod:`._requests_body`, the response's read taps (:class:`_BodyReads`) are
+:mod:`._requests_reads`; this module holds the call and builds its exchange.
 """
 
 from __future__ import annotations
 
-import hashlib
-import io
-import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any, TypedDict
 from urllib.parse import urlsplit
 
@@ -60,20 +61,22 @@ from requests.structures import CaseInsensitiveDict
 from urllib3.response import HTTPResponse
 
 from reproit_otel._guard import absorb, guarded
-from reproit_otel.capture.recording import ExchangeRecorder, Unrecordable, hand_over
+from reproit_otel.capture.recording import ExchangeRecorder, Unrecordable
 from reproit_otel.instrumentation._exceptions import exception_type_name
-from reproit_otel.wire._js import utf8_bytes
+from reproit_otel.instrumentation._requests_body import (
+    _HOLD_LIMIT,
+    _KEPT,
+    BodyTap,
+    _observe_request_body,
+)
+from reproit_otel.instrumentation._requests_reads import _BodyReads, _drained
 from reproit_otel.wire.body_redaction import redact_text_body
 from reproit_otel.wire.bounds import (
-    MAX_BODY_BYTES,
-    MAX_STREAM_CHUNKS,
-    StreamBoundaries,
-    StreamFields,
     bounded_body,
     bounded_headers,
     is_event_stream,
 )
-from reproit_otel.wire.exact_body import EXACT_BYTES_FIELD, exact_body
+from reproit_otel.wire.exact_body import EXACT_BYTES_FIELD
 from reproit_otel.wire.redaction import redact_url, redact_urls_in_text
 from reproit_otel.wire.urls import url_path_and_query
 
@@ -87,11 +90,6 @@ __all__ = [
     "resource_of",
 ]
 
-_READ_BLOCK = 65536
-_KEPT = MAX_BODY_BYTES + 1  # bytes of a body kept: one more than fits tells "too big"
-# Bytes of a body a tap holds by reference before it folds them as they come: a 64 KiB
-# answer read whole costs a healthy request no copy and no hash; a long stream stays bounded.
-_HOLD_LIMIT = 128 * 1024
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
 
 
@@ -144,183 +142,6 @@ def resource_of(url: str) -> str:
 def effect_key(method: str, url: str) -> str:
     """The effect ``key``: ``METHOD path?query`` of the recorded (redacted) URL."""
     return f"{method} {url_path_and_query(url)}"
-
-
-class BodyTap:
-    """Counts every byte given to it; keeps the first ``MAX_BODY_BYTES + 1`` and hashes the
-    whole body when the body fields are asked for.
-
-    The pieces are held by reference (a ``bytes`` piece cannot change; any other kind is
-    copied) and folded into the kept prefix and the SHA-256 only by :meth:`fields`, which runs
-    when a failing operation is built: a healthy request never copies or hashes its bodies, so
-    its cost does not grow with their size. Past ``_HOLD_LIMIT`` bytes the pieces are folded
-    as they arrive, so a tap never holds more than that. Small bodies are never hashed (the
-    kept bytes are all of them).
-
-    With ``boundaries`` it also notes each piece as one stream chunk (section 4.5): the
-    lengths of the first ``MAX_STREAM_CHUNKS`` pieces are kept, later pieces only counted.
-    """
-
-    __slots__ = ("_chunks", "_folded", "_held", "_kept", "_pieces", "_sha", "size")
-
-    def __init__(self, *, boundaries: bool = False) -> None:
-        self._sha: Any = None
-        self._kept = bytearray()
-        self._held: list[bytes] = []
-        self._folded = 0  # bytes already folded into the kept prefix and the hash
-        self.size = 0
-        self._chunks: list[int] | None = [] if boundaries else None
-        self._pieces = 0
-
-    def add(self, data: bytes | bytearray | memoryview | str) -> None:
-        """Account for one piece (a ``str`` counts as its UTF-8 bytes)."""
-        if data.__class__ is bytes:
-            piece: Any = data
-        else:
-            piece = utf8_bytes(data) if isinstance(data, str) else bytes(data)
-        count = len(piece)
-        if not count:
-            return
-        total = self.size + count
-        self.size = total
-        self._held.append(piece)
-        if total > _HOLD_LIMIT:
-            self._fold()
-        chunks = self._chunks
-        if chunks is not None:
-            self._pieces += 1
-            if self._pieces <= MAX_STREAM_CHUNKS:
-                chunks.append(count)
-
-    def kept_size(self) -> int:
-        """How many bytes the built body keeps: the first ``MAX_BODY_BYTES + 1`` at most (the
-        pieces held until then are not counted: they are dropped with the operation)."""
-        size = self.size
-        return size if size < _KEPT else _KEPT
-
-    def _fold(self) -> None:
-        """Fold the held pieces, in order, into the kept prefix and the hash."""
-        held = self._held
-        if not held:
-            return
-        self._held = []
-        kept = self._kept
-        sha = self._sha
-        seen = self._folded
-        for piece in held:
-            total = seen + len(piece)
-            if total > _KEPT:
-                if sha is None:  # the kept bytes are everything so far
-                    sha = self._sha = hashlib.sha256(kept)
-                sha.update(piece)
-            if seen < _KEPT:  # the kept bytes are the first min(size, _KEPT) bytes
-                kept += piece[: _KEPT - seen]
-            seen = total
-        self._folded = seen
-
-    def fields(self, content_type: str | None, *, exact: bool = False) -> dict[str, Any]:
-        """The body fields of section 4.2 for everything added so far.
-
-        ``exact`` (response bodies) records them so that a replay serves these very bytes
-        (:func:`~reproit_otel.wire.exact_body.exact_body`).
-        """
-        self._fold()
-        if self.size > MAX_BODY_BYTES:
-            sha = self._sha if self._sha is not None else hashlib.sha256(self._kept)
-            return {"bodyBytes": self.size, "bodySha256": sha.hexdigest(), "truncated": True}
-        if exact:
-            return exact_body(bytes(self._kept), content_type)
-        return bounded_body(bytes(self._kept) if self.size else None, content_type)
-
-    def stream(self, event_stream: bool) -> StreamFields | None:
-        """The ``stream`` field of the pieces added so far (``None``: no boundaries kept)."""
-        if self._chunks is None:
-            return None
-        boundaries = StreamBoundaries()
-        for length in self._chunks:
-            boundaries.add(length)
-        for _ in range(self._pieces - len(self._chunks)):
-            boundaries.add(0)  # past the cap a piece is only counted, whatever its length
-        return boundaries.result(event_stream)
-
-
-# ------------------------------------------------------------------------------ request body
-
-
-class _TeeReader(io.RawIOBase):
-    """An unseekable file handed to the transport: records what it reads, gives bytes."""
-
-    def __init__(self, source: Any, tap: BodyTap) -> None:
-        super().__init__()
-        self._source = source
-        self._tap = tap
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, size: int | None = -1) -> bytes:
-        data = self._source.read() if size is None or size < 0 else self._source.read(size)
-        if isinstance(data, str):
-            data = utf8_bytes(data)  # what urllib3 sends for a text file
-        data = bytes(data or b"")
-        self._tap.add(data)
-        return data
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
-
-
-def _tee_iterable(source: Iterable[Any], tap: BodyTap) -> Iterator[Any]:
-    """Yields ``source``'s pieces unchanged, recording each as the transport pulls it."""
-    for piece in source:
-        if isinstance(piece, (bytes, bytearray, memoryview, str)):
-            tap.add(piece)
-        yield piece
-
-
-def _read_and_rewind(source: Any, tap: BodyTap) -> bool:
-    """Read a seekable file to its end into ``tap`` and seek back; False if it cannot seek."""
-    try:
-        if not source.seekable():
-            return False
-        position = source.tell()
-    except (AttributeError, OSError, ValueError):
-        return False
-    try:
-        while True:
-            block = source.read(_READ_BLOCK)
-            if not block:
-                break
-            tap.add(block)
-    finally:
-        source.seek(position)
-    return True
-
-
-def _observe_request_body(body: Any, tap: BodyTap) -> Any:
-    """Record what ``body`` will send; return what the transport must be given instead."""
-    if body is None:
-        return body
-    if isinstance(body, (str, bytes, bytearray)):
-        tap.add(body)
-        return body
-    if hasattr(body, "read"):
-        if _read_and_rewind(body, tap):
-            return body
-        return _TeeReader(body, tap)
-    if isinstance(body, (list, tuple)):
-        for piece in body:  # re-iterable: reading it takes nothing away
-            if isinstance(piece, (bytes, bytearray, memoryview, str)):
-                tap.add(piece)
-        return body
-    try:
-        view = memoryview(body)
-    except TypeError:
-        return _tee_iterable(body, tap)
-    tap.add(view)
-    return body
 
 
 # ------------------------------------------------------------------------------ headers
@@ -387,6 +208,7 @@ class RecordedCall:
         "_done",
         "_error",
         "_method",
+        "_pieces",
         "_reads",
         "_recorder",
         "_request_body",
@@ -395,35 +217,28 @@ class RecordedCall:
         "_response_body",
         "_response_headers",
         "_response_type",
+        "_size",
         "_status",
         "_unfinished",
         "_url",
     )
 
-    def __init__(self, recorder: ExchangeRecorder, prepared: Any) -> None:
-        # Let go of at the hand-over: the operation keeps this call, and must not keep the
-        # recorder's binding to itself through it.
-        self._recorder: ExchangeRecorder | None = recorder
-        # Strings do not change: the recorded URL and method text are worked out when built.
-        self._method: Any = prepared.method
-        self._url: Any = prepared.url
-        headers = prepared.headers
-        if headers.__class__ is CaseInsensitiveDict:
-            self._request_headers: Any = headers._store.copy()  # type: ignore[attr-defined]
-            self._request_type: Any = _FROM_STORE
-        else:
-            self._request_headers, self._request_type = _other_headers(headers)
-        self._request_body: BodyTap | None = None
-        self._status: int | None = None
-        self._response_headers: Any = None
-        self._response_type: Any = None
-        self._response_body = BodyTap(boundaries=True)
-        self._error: ErrorFields | None = None
-        self._reads: _BodyReads | None = None
-        self._done = False
-        # "Finish once" in one step with no lock: a body can end in two threads at once (a
-        # read and a close), and whoever pops the token finishes (list.pop is atomic).
-        self._unfinished = [True]
+    _recorder: ExchangeRecorder | None
+    _method: Any
+    _url: Any
+    _request_headers: Any
+    _request_type: Any
+    _request_body: BodyTap | None
+    _status: int | None
+    _response_headers: Any
+    _response_type: Any
+    _response_body: BodyTap | None
+    _pieces: list[bytes]
+    _size: int
+    _error: ErrorFields | None
+    _reads: _BodyReads | None
+    _done: bool
+    _unfinished: list[bool]
 
     @property
     def resource(self) -> str:
@@ -442,7 +257,34 @@ class RecordedCall:
         The caller gives the prepared request its own body back once the transport is done
         with it (redirects and hooks see it); the call keeps nothing of the request itself.
         """
-        call = cls(recorder, prepared)
+        # The class has no __init__: every call is set up here, in the one place it starts.
+        call = cls()
+        # Let go of at the hand-over: the operation keeps this call, and must not keep the
+        # recorder's binding to itself through it.
+        call._recorder = recorder
+        # Strings do not change: the recorded URL and method text are worked out when built.
+        call._method = prepared.method
+        call._url = prepared.url
+        headers = prepared.headers
+        if headers.__class__ is CaseInsensitiveDict:
+            call._request_headers = headers._store.copy()  # type: ignore[attr-defined]
+            call._request_type = _FROM_STORE
+        else:
+            call._request_headers, call._request_type = _other_headers(headers)
+        call._request_body = None
+        call._status = None
+        call._response_headers = None
+        call._response_type = None
+        # The response body's pieces are held here until a tap is needed (see _add).
+        call._response_body = None
+        call._pieces = []
+        call._size = 0
+        call._error = None
+        call._reads = None
+        call._done = False
+        # "Finish once" in one step with no lock: a body can end in two threads at once (a
+        # read and a close), and whoever pops the token finishes (list.pop is atomic).
+        call._unfinished = [True]
         body = prepared.body
         if body is not None:
             tap = call._request_body = BodyTap()
@@ -476,7 +318,12 @@ class RecordedCall:
             or callable(getattr(raw, "read", None))
         ):
             self.finish()  # not a urllib3 body: nothing the application can read
-        elif _exhausted(raw):
+            return
+        try:  # _exhausted(raw), its first step inline: an open body is the usual answer
+            closed = raw.closed
+        except Exception:
+            closed = False
+        if closed and _drained(raw):
             self.finish()
         else:
             self._reads = _BodyReads(self, raw)
@@ -498,7 +345,14 @@ class RecordedCall:
             try:
                 if error is not None:
                     self._error = describe_error(error)
-                recorder.finish_deferred("call", self._build, self._held())
+                # _held(), inline: every recorded call finishes here.
+                tap = self._response_body
+                size = self._size if tap is None else tap.size
+                held = size if size < _KEPT else _KEPT
+                request = self._request_body
+                if request is not None:
+                    held += request.kept_size()
+                recorder.finish_deferred("call", self._build, held)
             except BaseException:
                 recorder.fail("the response could not be recorded")
                 raise
@@ -509,7 +363,40 @@ class RecordedCall:
         """About how many bytes the snapshots keep: the kept body bytes (the capture budget
         counts them; headers and the URL are small and bounded)."""
         request = self._request_body
-        return self._response_body.kept_size() + (0 if request is None else request.kept_size())
+        tap = self._response_body
+        size = self._size if tap is None else tap.size
+        return (size if size < _KEPT else _KEPT) + (0 if request is None else request.kept_size())
+
+    def _add(self, data: Any) -> None:
+        """Account for one piece of the response body.
+
+        ``bytes`` pieces are held by reference in the call itself while they total at most
+        ``_HOLD_LIMIT`` (most bodies: a healthy request then makes no tap); the first piece of
+        another kind, or past that size, moves them into the tap (:meth:`_tap`), which then
+        takes every piece, exactly as if it had been given each from the start.
+        """
+        tap = self._response_body
+        if tap is None:
+            if data.__class__ is bytes:
+                size = self._size + len(data)
+                if size <= _HOLD_LIMIT:
+                    if size != self._size:  # an empty piece is not a piece (BodyTap.add)
+                        self._pieces.append(data)
+                        self._size = size
+                    return
+            tap = self._tap()
+        tap.add(data)
+
+    def _tap(self) -> BodyTap:
+        """The response body's tap, given the pieces held so far (made at the first need)."""
+        tap = self._response_body
+        if tap is None:
+            tap = BodyTap(boundaries=True)
+            for piece in self._pieces:
+                tap.add(piece)
+            self._pieces = []
+            self._response_body = tap
+        return tap
 
     def _build(self) -> tuple[str, str, dict[str, Any]]:
         """``(resource, key, exchange)`` of the call, from the snapshots alone."""
@@ -534,7 +421,7 @@ class RecordedCall:
         response: dict[str, Any] = {"status": self._status}
         items, content_type = _headers_of(self._response_headers, self._response_type)
         response.update(_url_headers_redacted(bounded_headers(_header_pairs(items))))
-        tap = self._response_body
+        tap = self._tap()
         body = tap.fields(content_type, exact=True)
         text = body.get("body")
         body = _text_body_redacted(body, content_type)
@@ -571,204 +458,3 @@ def _text_body_redacted(fields: dict[str, Any], content_type: str | None) -> dic
     if "body" in fields:
         fields["body"] = redact_text_body(fields["body"], content_type)
     return fields
-
-
-def _exhausted(raw: Any) -> bool:
-    """True when nothing is left to read from the urllib3 response ``raw``."""
-    try:
-        if not raw.closed:
-            return False
-    except Exception:
-        return False
-    try:
-        buffered = raw._decoded_buffer
-    except AttributeError:
-        buffered = None
-    if buffered is not None and len(buffered) > 0:
-        return False
-    try:
-        decoder = raw._decoder
-    except AttributeError:
-        return True
-    return not (decoder is not None and getattr(decoder, "has_unconsumed_tail", False))
-
-
-class _BodyReads:
-    """The body reads of one urllib3 response, recorded into its :class:`RecordedCall`.
-
-    Its bound methods ``read``, ``read1``, ``read_chunked`` and ``close`` are set as instance
-    attributes of that one response (the class, other responses and the bytes the application
-    receives stay exactly as they were); :meth:`untap` takes them off again. A ``close()`` that
-    urllib3 makes inside a read (it does before raising a protocol error) is settled by that
-    read, so the error is recorded with the exchange.
-
-    While the taps are set the response, this object and the call form a reference cycle;
-    the call's finish removes the taps and lets go of this object, so reference counting
-    frees the response. Only a stream neither read to its end nor closed is left to the cyclic
-    collector, and the call is finished after it is collected: the response's own finalizer
-    closes it and :meth:`__del__` covers any other body object, and both only hand the finish
-    over (:func:`~reproit_otel.capture.recording.hand_over`), never finish on the collector's
-    thread.
-    """
-
-    __slots__ = (
-        "_alive",
-        "_call",
-        "_chunked",
-        "_close",
-        "_close_pending",
-        "_depth",
-        "_previous",
-        "_raw",
-        "_read",
-        "_read1",
-    )
-
-    def __init__(self, call: RecordedCall, raw: Any) -> None:
-        self._call = call
-        self._raw = raw
-        self._depth = 0  # reads under way: a read inside a read passes through
-        self._close_pending = False
-        self._previous: dict[str, Any] | None = None  # instance attributes the taps replaced
-        try:  # dead once the collector is finalizing the response: see _collected()
-            self._alive: Any = weakref.ref(raw)
-        except TypeError:  # a body object without weak references: every close hands over
-            self._alive = None
-        own = raw.__dict__
-        if raw.__class__ is HTTPResponse and not (
-            "read" in own or "read1" in own or "read_chunked" in own or "close" in own
-        ):
-            self._read: Any = raw.read
-            self._read1: Any = raw.read1
-            self._chunked: Any = raw.read_chunked
-            self._close: Any = raw.close
-            own["read"] = self.read
-            own["read1"] = self.read1
-            own["read_chunked"] = self.read_chunked
-            own["close"] = self.close
-        else:
-            self._tap_any(raw, own)
-
-    def _tap_any(self, raw: Any, own: dict[str, Any]) -> None:
-        """Set the taps on a body object of any kind (the methods it does not have are left)."""
-        chunked = getattr(raw, "read_chunked", None)
-        self._chunked = chunked if callable(chunked) else None
-        self._close = raw.close
-        self._read = raw.read
-        read1 = getattr(raw, "read1", None)
-        self._read1 = read1 if callable(read1) else None
-        taps: dict[str, Any] = {"read": self.read}
-        if self._read1 is not None:
-            taps["read1"] = self.read1
-        if self._chunked is not None:
-            taps["read_chunked"] = self.read_chunked
-        taps["close"] = self.close
-        self._previous = {name: own[name] for name in taps if name in own} or None
-        own.update(taps)
-
-    def untap(self) -> None:
-        """Give the response its own methods back (or what was set on it before the taps)."""
-        own = self._raw.__dict__
-        previous = self._previous
-        for name, tap in (
-            ("read", self.read),
-            ("read1", self.read1),
-            ("read_chunked", self.read_chunked),
-            ("close", self.close),
-        ):
-            if name in own and own[name] == tap:
-                if previous is not None and name in previous:
-                    own[name] = previous[name]
-                else:
-                    del own[name]
-
-    def __del__(self) -> None:
-        # Collected before its end: the bytes read so far are the body. A finalizer runs on
-        # whatever thread allocates, maybe inside a locked section: it only hands over.
-        call = self._call
-        if not call._done:
-            hand_over(call.finish)
-
-    def _collected(self) -> bool:
-        """True when the collector is finalizing the response: it clears the weak references
-        to what it finalizes before running any finalizer."""
-        alive = self._alive
-        return alive is None or alive() is None
-
-    def read(self, *args: Any, **kwargs: Any) -> Any:
-        return self._reading(self._read, args, kwargs)
-
-    def read1(self, *args: Any, **kwargs: Any) -> Any:
-        return self._reading(self._read1, args, kwargs)
-
-    def _reading(
-        self, method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Any:
-        """One ``read``/``read1`` of the body through ``method``, recorded."""
-        call = self._call
-        if self._depth or call._done:  # a read inside a read (the outer one records), or late
-            return method(*args, **kwargs)
-        self._depth += 1
-        try:
-            data = method(*args, **kwargs)
-        except Exception as error:
-            call.finish(error)
-            raise
-        finally:
-            self._depth -= 1
-        self._settle(data, args, kwargs)
-        return data
-
-    def _settle(self, data: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """After a read: record what it gave; finish when the body ended or was closed."""
-        call = self._call
-        if data:
-            if not call._done:
-                try:
-                    call._response_body.add(data)
-                except Exception as exc:  # never let a defect of ours reach the read
-                    absorb("requests.record_body", exc)
-            if self._close_pending or _exhausted(self._raw):
-                call.finish()
-        elif (
-            self._close_pending
-            or (args[0] if args else kwargs.get("amt")) != 0
-            or _exhausted(self._raw)
-        ):
-            call.finish()
-
-    def read_chunked(self, *args: Any, **kwargs: Any) -> Iterator[bytes]:
-        call = self._call
-        pieces = self._chunked(*args, **kwargs)
-        try:
-            while True:
-                self._depth += 1
-                try:
-                    piece = next(pieces)
-                except StopIteration:
-                    break
-                except Exception as error:
-                    call.finish(error)
-                    raise
-                finally:
-                    self._depth -= 1
-                if piece and not call._done:
-                    try:
-                        call._response_body.add(piece)
-                    except Exception as exc:
-                        absorb("requests.record_body", exc)
-                yield piece
-        finally:
-            pieces.close()  # the reader stopped early: close() or garbage collection finishes
-        call.finish()
-
-    def close(self) -> None:
-        try:
-            self._close()
-        finally:
-            if self._depth:
-                self._close_pending = True
-            elif self._collected():  # the response's finalizer: never finish on its thread
-                hand_over(self._call.finish)
-            else:
-                self._call.finish()

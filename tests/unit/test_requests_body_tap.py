@@ -18,6 +18,7 @@ from reproit_otel.instrumentation._requests_record import (
     _FROM_STORE,
     _HOLD_LIMIT,
     BodyTap,
+    RecordedCall,
     _content_type,
     _header_items,
     _headers_of,
@@ -129,3 +130,47 @@ def test_another_mapping_is_read_at_once() -> None:
     headers = {"Content-Type": "text/html", "content-type": "application/json"}
     items, content_type = _headers_of(_header_items(headers), _content_type(headers))
     assert (list(items), content_type) == (list(headers.items()), "application/json")
+
+
+_call_pieces = st.lists(
+    st.one_of(
+        st.binary(max_size=40),
+        st.just(b""),
+        st.binary(min_size=_HOLD_LIMIT // 3, max_size=_HOLD_LIMIT // 3 + 5),
+        st.text(max_size=5),
+        st.binary(max_size=5).map(bytearray),
+    ),
+    max_size=MAX_STREAM_CHUNKS + 20,
+)
+
+
+@given(_call_pieces, st.sampled_from([None, "application/json", "text/event-stream"]))
+def test_a_call_holding_its_response_pieces_records_what_a_tap_fed_them_records(
+    pieces: list[bytes | bytearray | str], content_type: str | None
+) -> None:
+    # A recorded call keeps bytes pieces itself until a tap is needed; whatever the pieces,
+    # its tap must end up as one given every piece from the start.
+    call = RecordedCall.begin(_NoRecorder(), _Prepared())  # type: ignore[arg-type]
+    tap = BodyTap(boundaries=True)
+    for piece in pieces:
+        call._add(piece)
+        tap.add(piece)
+    size = tap.size
+    assert call._held() == min(size, MAX_BODY_BYTES + 1)
+    held = call._tap()
+    assert held.size == size
+    assert held.fields(content_type, exact=True) == tap.fields(content_type, exact=True)
+    assert held.stream(content_type == "text/event-stream") == tap.stream(
+        content_type == "text/event-stream"
+    )
+
+
+class _NoRecorder:
+    """A recorder the call is never finished into (these tests only feed it body pieces)."""
+
+
+class _Prepared:
+    method = "GET"
+    url = "http://example.test/"
+    headers = CaseInsensitiveDict({"Accept": "*/*"})
+    body = None
