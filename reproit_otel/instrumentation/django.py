@@ -23,7 +23,7 @@ inside reproit-otel's, which is what it wants (it sees the same request).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import MethodType
 from typing import Any
 
@@ -45,6 +45,30 @@ def _handlers() -> tuple[Any, Any] | None:
     return WSGIHandler, ASGIHandler
 
 
+def _whole_body_reader() -> Callable[[Iterable[bytes]], bytes | None]:
+    """How to read the body of a Django ``HttpResponse`` (it keeps its body in memory).
+
+    Only for a response whose iteration and ``content`` are ``HttpResponse``'s own (a
+    streaming response, or a class that changes either, gives None): its ``content`` is then
+    exactly the bytes the server will iterate.
+    """
+    from django.http import HttpResponse  # type: ignore[import-untyped]
+
+    iterate = HttpResponse.__iter__
+    content = HttpResponse.__dict__["content"]
+
+    def whole_body(body: Iterable[bytes]) -> bytes | None:
+        if not isinstance(body, HttpResponse):
+            return None
+        kind = type(body)
+        if kind.__iter__ is not iterate or kind.content is not content:
+            return None
+        data: bytes = body.content
+        return data
+
+    return whole_body
+
+
 def install_django() -> bool:
     """Wrap every Django WSGI and ASGI application. Idempotent.
 
@@ -56,12 +80,15 @@ def install_django() -> bool:
     wsgi_handler, asgi_handler = handlers
     if _PATCH_MARK not in wsgi_handler.__dict__:
         wsgi_original = wsgi_handler.__call__
+        whole_body = _whole_body_reader()
 
         def wsgi_entry(
             self: Any, environ: dict[str, Any], start_response: StartResponse
         ) -> Iterable[bytes]:
             # A bound method rather than a closure: no Python frame of ours per request.
-            return wsgi_call(MethodType(wsgi_original, self), environ, start_response)
+            return wsgi_call(
+                MethodType(wsgi_original, self), environ, start_response, whole_body=whole_body
+            )
 
         wsgi_entry.__wrapped__ = wsgi_original  # type: ignore[attr-defined]
         setattr(wsgi_handler, _PATCH_MARK, wsgi_original)

@@ -125,12 +125,16 @@ class _EnvironCopy(dict[str, Any]):
 
     It is the request's ``input_factory``: one object kept per request, decoded only if the
     input is wanted (a failing capture, a scan request). It does not refer to the request,
-    so the operation's trace may keep it.
+    so the operation's trace may keep it. A variable the environ leaves out reads as None
+    with ``copy[name]`` (PEP 3333 lets a server leave out an empty one).
     """
 
     __slots__ = ("body",)
 
     body: bytes
+
+    def __missing__(self, key: str) -> None:
+        return None
 
     def __call__(self) -> dict[str, Any]:
         return http_input(
@@ -188,12 +192,12 @@ class _WSGIRequest(InboundRequest):
     def __init__(self, environ: dict[str, Any], start_response: StartResponse) -> None:
         # Sets every slot of InboundRequest itself: this runs on every captured request.
         copy = _EnvironCopy(environ)  # before the body is read: wsgi.input as it came
-        content_type = environ.get("CONTENT_TYPE")
+        content_type = copy.get("CONTENT_TYPE")  # often left out: no __missing__ call
         copy.body = _read_body(environ, content_type) if content_type else b""
-        method = environ.get("REQUEST_METHOD") or "GET"
+        method = copy["REQUEST_METHOD"] or "GET"
         if type(method) is not str:
             method = str(method)
-        path = f"{environ.get('SCRIPT_NAME') or ''}{environ.get('PATH_INFO') or ''}"
+        path = f"{copy['SCRIPT_NAME'] or ''}{copy['PATH_INFO'] or ''}"
         if not path.isascii():
             path = _text(path)
         path = path or "/"
@@ -242,34 +246,30 @@ class _WSGIRequest(InboundRequest):
             write = self.release(None, complete=False)
         return write(data)
 
-    def finish(self, body: bytes | None, *, complete: bool) -> list[tuple[str, str]] | None:
-        """Finish the operation; the headers to add to the response start, if any."""
-        operation = self.operation
-        if operation is None or self.status is None:
-            return None
-        try:
-            status = _STATUS_CODES[self.status]
-        except KeyError:
-            status = _status_code(self.status)
-        if complete and body is not None:
-            # Decoded only if the operation's events are wanted (a failure, a scan request).
-            operation.finish(status, output_factory=partial(_output, body, self.headers))
-        else:
-            operation.finish(status, None)
-        if not operation.scan:
-            return None
-        header = operation.header()
-        return None if header is None else [(EVENTS_HEADER, header)]
-
     def release(self, body: bytes | None, *, complete: bool) -> Callable[[bytes], object]:
-        """Finish the operation and send the held response start (once)."""
+        """Finish the operation (with the decoded JSON ``body`` as its output when
+        ``complete``) and send the held response start, with ``x-reproit-events`` added for a
+        trusted scan request (once)."""
         self.released = True
-        extra = None
-        try:
-            extra = self.finish(body, complete=complete)
-        except Exception as exc:
-            absorb("wsgi.finish", exc)
-        headers = self.headers if extra is None else self.headers + extra
+        headers = self.headers
+        operation = self.operation
+        if operation is not None and self.status is not None:
+            try:
+                try:
+                    status = _STATUS_CODES[self.status]
+                except KeyError:
+                    status = _status_code(self.status)
+                if complete and body is not None:
+                    # Decoded only if the operation's events are wanted (a failure, a scan).
+                    operation.finish(status, output_factory=partial(_output, body, headers))
+                else:
+                    operation.finish(status, None)
+                if operation.scan:
+                    header = operation.header()
+                    if header is not None:
+                        headers = [*headers, (EVENTS_HEADER, header)]
+            except Exception as exc:
+                absorb("wsgi.finish", exc)
         if self.exc_info is not None:
             write = self.start_response(self.status, headers, self.exc_info)
         else:
@@ -318,19 +318,33 @@ class _WSGIRequest(InboundRequest):
             close = self.body.close  # type: ignore[attr-defined]
         except AttributeError:
             return
-        if callable(close):
-            close()
+        close()  # as a server does: a close attribute is called
 
 
 def wsgi_call(
-    app: WSGIApp, environ: dict[str, Any], start_response: StartResponse
+    app: WSGIApp,
+    environ: dict[str, Any],
+    start_response: StartResponse,
+    *,
+    whole_body: Callable[[Iterable[bytes]], bytes | None] | None = None,
 ) -> Iterable[bytes]:
-    """Run ``app`` for one request with reproit-otel's inbound handling around it."""
+    """Run ``app`` for one request with reproit-otel's inbound handling around it.
+
+    ``whole_body``, for a framework whose responses keep their body in memory, gives the
+    whole body of such a response (None for any other): the operation then finishes when the
+    application returns, as for a list, and the server gets the very same object.
+    """
     pipeline = recording.current_pipeline()
     if pipeline is None:
         return app(environ, start_response)
-    begins = getattr(pipeline, "begins_operations", None)
-    if (begins is not None and not begins()) or current_inbound() is not None:
+    try:
+        begins = pipeline.begins_operations  # type: ignore[attr-defined]  # the processor's
+    except AttributeError:  # a pipeline that does not say: any request may begin one
+        pass
+    else:
+        if not begins():
+            return app(environ, start_response)
+    if current_inbound() is not None:
         return app(environ, start_response)
     try:
         request = _WSGIRequest(environ, start_response)
@@ -352,16 +366,23 @@ def wsgi_call(
     if request.released or request.operation is None:
         # Passed through, or a legacy write() already sent the start.
         return body
+    data: bytes | None = None
     if isinstance(body, (list, tuple)):
-        # Already in memory: finish now and hand back the very same object.
         data = b"".join(body)
-        if len(data) > MAX_INBOUND_BODY:
-            request.release(None, complete=False)
-        else:
-            request.release(data, complete=True)
-        return body
-    request.body = body
-    return request
+    elif whole_body is not None:
+        try:
+            data = whole_body(body)
+        except Exception as exc:
+            absorb("wsgi.whole_body", exc)
+    if data is None:
+        request.body = body
+        return request
+    # Already in memory: finish now and hand back the very same object.
+    if len(data) > MAX_INBOUND_BODY:
+        request.release(None, complete=False)
+    else:
+        request.release(data, complete=True)
+    return body
 
 
 class ReproitWSGIMiddleware:

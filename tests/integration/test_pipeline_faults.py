@@ -28,7 +28,6 @@ HOOKS: list[tuple[Any, str, str]] = [
     (Operation, "header", "{server}.finish"),
     (Operation, "finish", "{server}.finish"),
     (wsgi._WSGIRequest, "__init__", "wsgi.inbound"),
-    (wsgi._WSGIRequest, "finish", "wsgi.finish"),
     (asgi, "inbound_from_scope", "asgi.inbound"),
     (asgi._Response, "finish", "asgi.finish"),
 ]

@@ -13,8 +13,12 @@ server is checked by ``test_pipeline_flask.py``.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +30,8 @@ from reproit_otel.capture.inbound import current_inbound
 from reproit_otel.instrumentation.wsgi import ReproitWSGIMiddleware
 from tests.integration.pipeline_support import Pipeline, pipeline
 
+ROOT = Path(__file__).resolve().parents[2]
+APPS = Path(__file__).resolve().parent / "apps"
 JSON = [("Content-Type", "application/json")]
 KIB40 = b"x" * 40_000
 
@@ -356,3 +362,52 @@ def test_the_request_body_is_read_into_the_input_and_handed_on(active: Pipeline)
             },
         },
     )
+
+
+def test_a_django_response_in_memory_is_finished_when_the_handler_returns() -> None:
+    """Django's patched ``WSGIHandler`` (``apps/django_bodies.py``, a process of its own):
+    an ``HttpResponse`` keeps its body in memory, so the operation finishes and the start
+    goes out before the handler returns, and the server gets the response itself; a
+    streaming response is held like any other iterable."""
+    environ = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(APPS), str(ROOT)]),
+        "DJANGO_SETTINGS_MODULE": "django_bodies",
+    }
+    done = subprocess.run(
+        [sys.executable, str(APPS / "django_bodies.py")],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    ise = "500 Internal Server Error"
+    assert [json.loads(line) for line in done.stdout.splitlines()] == [
+        {
+            "route": "memory",
+            "log": [["start", ise], ["returned", "HttpResponse"], ["body", 7]],
+            "output": {"d": 4},
+        },
+        {
+            "route": "json",
+            "log": [["start", "502 Bad Gateway"], ["returned", "JsonResponse"], ["body", 10]],
+            "output": {"e": [5]},
+        },
+        {
+            "route": "big",
+            "log": [["start", ise], ["returned", "HttpResponse"], ["body", 70_000]],
+            "output": None,
+        },
+        {
+            "route": "stream",
+            "log": [
+                ["returned", "_WSGIRequest"],
+                ["start", "503 Service Unavailable"],
+                ["body", 7],
+            ],
+            "output": {"f": 6},
+        },
+    ]

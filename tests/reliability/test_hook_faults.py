@@ -45,7 +45,7 @@ HOOKS: list[tuple[Any, str, str | None]] = [
     (_pg_statement, "_encode_rows", "psycopg2.record"),
     (_pg_statement, "_request", "psycopg2.request"),
     (wsgi._WSGIRequest, "__init__", "wsgi.inbound"),
-    (wsgi._WSGIRequest, "finish", "wsgi.finish"),
+    (Operation, "finish", "wsgi.finish"),
     (Uploader, "_record", "uploader.record"),
     (uploader, "build_capture_result", None),
     (Uploader, "_post", None),
