@@ -245,6 +245,10 @@ _SELECT_HEADS = frozenset(map("".join, itertools.product(*zip("SELECT", "select"
 _SHOW_HEADS = frozenset(map("".join, itertools.product(*zip("SHOW", "show", strict=True))))
 _READ_WORDS = ("SELECT", "SHOW")
 _SPACES = frozenset(_JS_SPACE)  # what js_trim() strips
+_TEXT = (str, bytes)  # the values _held counts by their length (any other counts 8)
+_chain = itertools.chain.from_iterable
+_repeat = itertools.repeat
+_compress = itertools.compress
 # Value classes that are neither str nor bytes: _held counts them 8 without an isinstance call.
 _NOT_TEXT = frozenset({int, float, bool, type(None), Decimal, dt.date, dt.datetime, dt.time})
 
@@ -292,19 +296,23 @@ def _held(statement: _Statement) -> int:
 def held_in_rows(rows: list[tuple[Any, ...]]) -> int:
     """The bytes :func:`_held` counts for raw rows (value tuples as the C cursor reads them).
 
-    Runs for every row a captured statement keeps, so the usual value classes are told by
-    identity (no call) and only other classes by ``isinstance``.
+    Runs for every captured statement. One row (the usual answer) is walked here, telling the
+    usual value classes by identity (no call); more rows are counted by C iterators, so the
+    cost does not grow with the number of rows kept in Python bytecode.
     """
+    if len(rows) != 1:
+        values = list(_chain(rows))
+        texts = list(map(isinstance, values, _repeat(_TEXT)))
+        return sum(map(len, _compress(values, texts))) + 8 * (len(values) - sum(texts))
     held = 0
-    for row in rows:
-        for value in row:
-            kind = value.__class__
-            if kind is str or kind is bytes:
-                held += len(value)
-            elif kind in _NOT_TEXT or not isinstance(value, (str, bytes)):
-                held += 8
-            else:
-                held += len(value)
+    for value in rows[0]:
+        kind = value.__class__
+        if kind is str or kind is bytes:
+            held += len(value)
+        elif kind in _NOT_TEXT or not isinstance(value, _TEXT):
+            held += 8
+        else:
+            held += len(value)
     return held
 
 
