@@ -210,7 +210,7 @@ class RecordingCursor(_ext.cursor):
             # statements) is told apart by one match, with no call of ours.
             if (
                 _active
-                and query.__class__ is str
+                and type(query) is str
                 and query[:1] in _SETUP_HEADS
                 and not plain_select(query)
             ):
