@@ -46,7 +46,9 @@ operation that may be uploaded):
 A client-side cursor gets the recording layer :class:`RecordingCursor` (``execute``,
 ``executemany``, ``callproc``, COPY), so fetching and iterating go straight to the C cursor; a
 named cursor gets :class:`RecordingNamedCursor`, which also sees every fetch. With nothing to
-record, a statement costs one ``start_exchange`` call on top of the C call.
+record, a statement costs one ``start_exchange`` call on top of the C call, and a statement
+starting with ``S`` one match more (is it a ``SELECT`` the connection could learn nothing
+from? see :mod:`._pg_setup`).
 
 Finalizers and locks. This module takes no lock and defines no finalizer: a named cursor's
 exchange is finished by its last fetch, its ``close()``, or its connection's commit, rollback
@@ -56,9 +58,11 @@ cursor dropped unfetched and collected anywhere runs nothing of reproit-otel. Sh
 application's own finalizer close a cursor or a connection, the exchange's finish is handed
 over while the thread is collecting (``capture/recording.py``, "Finalizers").
 
-Where the parts live: what a statement keeps and the exchange built from it is
-:mod:`._pg_statement`, mixing a layer into the application's class is :mod:`._pg_mixing`;
-this module holds the layers and decides when each exchange finishes.
+Where the parts live: what a statement keeps, the exchange built from it and its hand-over
+(with a named cursor's rows collected as they are fetched) are :mod:`._pg_statement`, mixing a
+layer into the application's class is :mod:`._pg_mixing`, the connection's remembered
+answers :mod:`._pg_setup`; this module holds the layers and decides when each exchange
+finishes.
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@ first rows as read, before the application reads them) and hand its ``build()`` 
 operation. ``build()`` runs only for an operation that may be uploaded: it encodes the
 parameters and rows, redacts the values by column, scrubs echoed values from error texts and
 returns the ``pg`` exchange (PROTOCOL 4.4). See :mod:`._pg_record` for what is recorded and when.
+
+The hand-over is here too: :func:`_finish` gives the exchange to its recorder with its effect
+kind and the bytes it holds (for the capture budget), and a named cursor's :class:`_Pending`
+collects the rows the application fetches until its exchange finishes.
 """
 
 from __future__ import annotations

@@ -22,7 +22,9 @@ stream: the exchange holds exactly the bytes the application read).
 
 What is kept while the call runs is raw and cheap, in one :class:`RecordedCall`: the method
 and URL strings of the prepared request (strings never change, so the recorded URL is worked
-out later), copies of the two header stores, the status and the two body taps. The exchange
+out later), copies of the two header stores, the status, the request body's tap and the
+response body's pieces (``bytes`` by reference: a body tap is made from them only when the
+exchange is built, or when they pass ``_HOLD_LIMIT``). The exchange
 itself (recorded URL, bounded headers and bodies, content types, ``resource`` and ``key``) is
 built from those only when the pipeline wants it
 (:meth:`~reproit_otel.capture.recording.ExchangeRecorder.finish_deferred`), which for a capture is
