@@ -733,17 +733,13 @@ class Operation:
         if on_tally is not None:
             on_tally(self)
 
-    def take_tally(self) -> dict[str, int]:
-        """The exchange counters since the last call (the processor adds them to its own)."""
+    def take_tally(self) -> tuple[int, int, int, int]:
+        """The exchanges started, recorded, lost and failed since the last call (the
+        processor adds them to its ``exchanges_*`` statistics)."""
         with self._lock:
-            tally = {
-                "exchanges_started": self._started,
-                "exchanges_recorded": self._recorded,
-                "exchanges_lost": self._lost,
-                "exchanges_failed": self._failed,
-            }
+            tally = (self._started, self._recorded, self._lost, self._failed)
             self._started = self._recorded = self._lost = self._failed = 0
-        return {name: count for name, count in tally.items() if count}
+        return tally
 
     def _take_build_failures_locked(self) -> None:
         while self._build_failures:

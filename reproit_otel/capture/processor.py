@@ -271,7 +271,38 @@ class ReproitSpanProcessor(SpanProcessor):
             self._settle_later(self.on_start, span, parent_context)
             return
         try:
-            self._on_start(span)
+            # An SDK span's fields are read directly and its SpanContext (a tuple: trace id,
+            # span id, remote flag, ...) by index: each property costs a call, and this runs
+            # for every span of every request. Another span class takes the public way.
+            try:
+                parent: Any = span._parent
+                context: Any = span._context
+            except AttributeError:
+                parent, context = span.parent, span.get_span_context()
+            if parent is None or parent[2]:  # a local root: maybe an operation begins
+                self._on_start(span, context)
+                return
+            spans = self._spans
+            if not spans:
+                return  # nothing is being recorded
+            trace_id = context[0]
+            parent_id = parent[1]
+            operation = spans.get((trace_id, parent_id))
+            if operation is None or operation.evicted:
+                return
+            span_id = context[1]
+            dependency = is_dependency_span(span)
+            record = SpanRecord(span_id, parent_id, span, dependency)
+            if operation.add_span(record):
+                spans[(trace_id, span_id)] = operation  # one dict store: atomic
+                if dependency:
+                    binding = _open_binding.binding
+                    if (
+                        binding is not None
+                        and binding.operation is operation
+                        and binding.span_id == parent_id
+                    ):
+                        operation.adopt(binding, record)
         except Exception as exc:
             absorb("processor.on_start", exc)
 
@@ -283,7 +314,20 @@ class ReproitSpanProcessor(SpanProcessor):
             self._settle_later(self.on_end, span)
             return
         try:
-            self._on_end(span)
+            try:  # see on_start
+                context: Any = span._context
+            except AttributeError:
+                context = span.get_span_context()
+            if context is None:
+                return
+            span_id = context[1]
+            operation = self._spans.get((context[0], span_id))
+            if operation is None:
+                return
+            if span_id != operation.root_span_id:
+                operation.end_span(span_id, span)
+                return
+            self._on_end(span, operation)
         except Exception as exc:
             absorb("processor.on_end", exc)
 
@@ -386,14 +430,21 @@ class ReproitSpanProcessor(SpanProcessor):
     def _take_tally(self, operation: Operation) -> None:
         """Add what ``operation`` counted since the last call to the statistics."""
         tally = operation.take_tally()
-        if tally:
+        if any(tally):
             with self._lock:
                 self._add_locked(tally)
 
-    def _add_locked(self, tally: dict[str, int]) -> None:
+    def _add_locked(self, tally: tuple[int, int, int, int]) -> None:
         stats = self._stats
-        for name, count in tally.items():
-            stats[name] += count
+        started, recorded, lost, failed = tally
+        if started:
+            stats["exchanges_started"] += started
+        if recorded:
+            stats["exchanges_recorded"] += recorded
+        if lost:
+            stats["exchanges_lost"] += lost
+        if failed:
+            stats["exchanges_failed"] += failed
 
     def _current_operation(self) -> tuple[Operation | None, int | None]:
         context = otel_context.get_current()
@@ -416,38 +467,8 @@ class ReproitSpanProcessor(SpanProcessor):
                 return operation, None
         return None, None
 
-    def _on_start(self, span: Span) -> None:
-        # An SDK span's fields are read directly and its SpanContext (a tuple: trace id, span
-        # id, remote flag, ...) by index: each property costs a call, and this runs for every
-        # span of every request. Another span class takes the public way.
-        try:
-            parent: Any = span._parent
-            context: Any = span._context
-        except AttributeError:
-            parent, context = span.parent, span.get_span_context()
-        if parent is not None and not parent[2]:  # a local parent
-            spans = self._spans
-            if not spans:
-                return  # nothing is being recorded
-            trace_id = context[0]
-            parent_id = parent[1]
-            operation = spans.get((trace_id, parent_id))
-            if operation is None or operation.evicted:
-                return
-            span_id = context[1]
-            dependency = is_dependency_span(span)
-            record = SpanRecord(span_id, parent_id, span, dependency)
-            if operation.add_span(record):
-                spans[(trace_id, span_id)] = operation  # one dict store: atomic
-                if dependency:
-                    binding = _open_binding.binding
-                    if (
-                        binding is not None
-                        and binding.operation is operation
-                        and binding.span_id == parent_id
-                    ):
-                        operation.adopt(binding, record)
-            return
+    def _on_start(self, span: Span, context: Any) -> None:
+        """A local-root span started (``context``: its SpanContext)."""
         if (self.capture or self.config.scan) and span.kind is SpanKind.SERVER:
             if recording.handed_over:  # what finalizers handed over: no lock is held here
                 recording.settle_handed_over()
@@ -598,20 +619,8 @@ class ReproitSpanProcessor(SpanProcessor):
             self._spans.pop((trace_id, span_id), None)
         self._spans.pop((trace_id, operation.root_span_id), None)
 
-    def _on_end(self, span: ReadableSpan) -> None:
-        try:  # see _on_start
-            context: Any = span._context
-        except AttributeError:
-            context = span.get_span_context()
-        if context is None:
-            return
-        span_id = context[1]
-        operation = self._spans.get((context[0], span_id))
-        if operation is None:
-            return
-        if span_id != operation.root_span_id:
-            operation.end_span(span_id, span)
-            return
+    def _on_end(self, span: ReadableSpan, operation: Operation) -> None:
+        """The server span of ``operation`` ended."""
         if operation.error is None and not operation.scan and span.events:
             # No hook saw the exception: the span's exception event is the next best source.
             operation.note_error(partial(_error_of_span, span))
