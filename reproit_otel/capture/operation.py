@@ -202,12 +202,20 @@ class SpanRecord:
         return library_of(self.span.instrumentation_scope)
 
 
-class ExchangeBinding:
-    """The handle an :class:`~reproit_otel.capture.recording.ExchangeRecorder` reports with."""
+class ExchangeBinding(recording.ExchangeRecorder):
+    """One exchange of an operation: the recorder a recorder reports to, and its own handle
+    (one object per call instead of two)."""
 
     __slots__ = ("beside", "operation", "span_id", "state", "target")
 
-    def __init__(self, operation: Operation, span_id: int | None, target: int | None) -> None:
+    def __init__(
+        self, operation: Operation, span_id: int | None, target: int | None, library: str = ""
+    ) -> None:
+        # recording.ExchangeRecorder's fields: its owner is the operation, its handle itself.
+        self._owner: Any = operation
+        self._handle = None
+        self._unclaimed = [True]
+        self.library = library
         self.operation = operation
         self.span_id = span_id
         """The span that was current when the exchange started (None: not a span of ours)."""
@@ -218,8 +226,45 @@ class ExchangeBinding:
         self.state = ExchangeState.PENDING
 
 
+_NO_FAILURES: list[str] = []  # shared and never appended to: an empty list to read
+
+
 class Operation:
     """The recording of one server operation. Created by the span processor."""
+
+    # State every operation starts with, read from the class until an operation changes it
+    # (an operation begins for every request: fewer stores each time).
+    held = 0
+    """Bytes of deferred exchanges held (the capture budget bounds them)."""
+    pending = 0
+    recorded_exchanges = 0
+    # Counters the processor adds to its own when it lets go of the operation (one lock per
+    # operation instead of one per exchange); see take_tally().
+    _started = _recorded = _lost = _failed = 0
+    late = False
+    # Set under the lock when finish() decides effectsComplete: from then on exchanges and
+    # spans are late. ``finished`` follows once the return event is pushed.
+    _closed = False
+    finished = False
+    span_ended = False
+    handed_off = False
+    evicted = False
+    status: int | None = None
+    error: dict[str, Any] | None = None
+    """The exception the request raised (``wire.exception``), once one was noted."""
+    _error_attached = False
+    _trace: BackendTrace | None = None
+    # A capture's return event while its trace is not opened (see "Lazy traces").
+    _returned: tuple[Any, ...] | None = None
+    # Reasons met while building deferred exchanges, taken over at the finish: a list of the
+    # operation's own from the first builder on (builders append to it from any thread).
+    _build_failures: list[str] = _NO_FAILURES
+    # Open spans of _BESIDE_LIBRARIES by thread, innermost last (made on first use).
+    _beside: dict[int, list[SpanRecord]] | None = None
+    # Heavy capture's uncounted effects by kind (the trace's unheld_effects and capped_effects
+    # once it is opened); made on first use.
+    _unheld: dict[str, int] | None = None
+    _capped: dict[str, int] | None = None
 
     def __init__(
         self,
@@ -247,11 +292,8 @@ class Operation:
         bounded operation name), ``capture_id`` and ``build`` (its capture context, PROTOCOL
         5.2; the replay seed is drawn when the trace opens), ``input_factory`` (the deferred
         ``start`` input) and ``max_events`` describe that trace."""
-        self._trace = trace
         self.max_spans = max_spans
-        # Bytes of deferred exchanges held, and the most that may be (0: no limit).
-        self.held = 0
-        self._budget = budget
+        self._budget = budget  # the capture budget in bytes (0: none)
         self.otel_trace_id = otel_trace_id
         self.root_span_id = root_span_id
         self.scan = scan
@@ -260,9 +302,11 @@ class Operation:
         # from inbound.py: inbound.py names Operation and imports run that one way.
         self.inbound = inbound
         if trace is not None:
+            self._trace = trace
             trace.capture_budget = budget
             self.name = trace.operation
             self.created = time.monotonic()
+            self._build_failures = []
         else:
             self.name = name
             # The trace's monotonic origin and its start event's stamp, taken now (as
@@ -272,35 +316,13 @@ class Operation:
             self.created = origin / 1e9  # the clock of time.monotonic()
             # (effect, build, library, stamp) of each deferred exchange, in arrival order.
             self._log: list[tuple[str, DeferredExchange, str, Stamp]] = []
-            self._returned: tuple[Any, ...] | None = None
             self._capture_id = capture_id
             self._build_name = build
             self._input_factory = input_factory
             self._max_events = max(MAX_EVENTS, max_events)
-        self._unheld: dict[str, int] = {}
-        self._capped: dict[str, int] = {}
         self._on_tally = on_tally
         self.spans: dict[int, SpanRecord] = {}
         self.reasons: list[str] = []
-        self.pending = 0
-        self.recorded_exchanges = 0
-        # Counters the processor adds to its own when it lets go of the operation (one lock
-        # per operation instead of one per exchange); see take_tally().
-        self._started = self._recorded = self._lost = self._failed = 0
-        self.late = False
-        # Set under the lock when finish() decides effectsComplete: from then on exchanges
-        # and spans are late. ``finished`` follows once the return event is pushed.
-        self._closed = False
-        self.finished = False
-        self.span_ended = False
-        self.handed_off = False
-        self.evicted = False
-        self.status: int | None = None
-        self.error: dict[str, Any] | None = None
-        """The exception the request raised (``wire.exception``), once one was noted."""
-        self._error_attached = False
-        # Reasons met while building deferred exchanges; taken over at the finish.
-        self._build_failures: list[str] = []
         self._effects_never = effects_never
         self._secrets = secrets
         self._on_ready = on_ready
@@ -308,8 +330,6 @@ class Operation:
         # Reasons met under the lock, reported to the processor once it is released.
         self._unreported: list[str] = []
         self._lock = threading.Lock()
-        # Open spans of _BESIDE_LIBRARIES by thread, innermost last.
-        self._beside: dict[int, list[SpanRecord]] = {}
 
     # -- the trace --------------------------------------------------------------------------
 
@@ -334,6 +354,12 @@ class Operation:
                 return self._trace
             log = self._log
             count = len(log)
+            if self._build_failures is _NO_FAILURES:
+                self._build_failures = []
+            if self._unheld is None:
+                self._unheld = {}
+            if self._capped is None:
+                self._capped = {}
         fresh = BackendTrace.reopened(
             CaptureContext(self._capture_id, self._build_name, os.urandom(8).hex()),
             self.name,
@@ -404,7 +430,10 @@ class Operation:
                     except AttributeError:
                         scope = _scope_name(record.span)
                     if scope in _BESIDE_SCOPES:
-                        self._beside.setdefault(threading.get_ident(), []).append(record)
+                        beside = self._beside
+                        if beside is None:
+                            beside = self._beside = {}
+                        beside.setdefault(threading.get_ident(), []).append(record)
                 return True
         finally:
             if self._unreported:
@@ -469,11 +498,14 @@ class Operation:
                 self._report()
 
     def _close_beside_locked(self, record: SpanRecord) -> None:
-        for thread, records in list(self._beside.items()):
+        beside = self._beside
+        if beside is None:
+            return
+        for thread, records in list(beside.items()):
             if record in records:
                 records.remove(record)
                 if not records:
-                    del self._beside[thread]
+                    del beside[thread]
                 return
 
     def cover_span(self, span_id: int | None) -> bool:
@@ -505,11 +537,14 @@ class Operation:
                     target = self.spans.get(span_id)  # most often the call's own span
                     if target is None or not target.dependency:
                         target = self._dependency_ancestor(span_id)
-                binding = ExchangeBinding(self, span_id, target.span_id if target else None)
+                binding = ExchangeBinding(
+                    self, span_id, target.span_id if target else None, library or ""
+                )
                 if target is not None and target.exchange is ExchangeState.NONE:
                     target.exchange = ExchangeState.PENDING
-                if self._beside and library in _DATABASE_RECORDERS:
-                    records = self._beside.get(threading.get_ident())
+                beside_spans = self._beside
+                if beside_spans and library in _DATABASE_RECORDERS:
+                    records = beside_spans.get(threading.get_ident())
                     beside = records[-1] if records else None
                     if (
                         beside is not None
@@ -664,11 +699,15 @@ class Operation:
                         if trace is None
                         else trace.room_for_effect()
                     ):
+                        if capped is None:
+                            capped = self._capped = {}
                         capped[effect] = capped.get(effect, 0) + 1
                         return  # counted as lost in the tally, as an exchange not kept
                     unheld = self._unheld
                     # The first exchanges are kept, as the batch bound keeps the first ones.
                     if unheld or self.held + held > budget:
+                        if unheld is None:
+                            unheld = self._unheld = {}
                         unheld[effect] = unheld.get(effect, 0) + 1
                         return  # counted as lost in the tally, as an exchange not kept
                     self.held += held
@@ -708,6 +747,8 @@ class Operation:
         capped = self._capped
         if not capped and self._room_locked():
             return False
+        if capped is None:
+            capped = self._capped = {}
         capped[effect] = capped.get(effect, 0) + 1
         return True
 
@@ -902,7 +943,10 @@ class Operation:
             recording.settle_handed_over()
         if self._closed or self.evicted:
             return
-        wanted = self.scan or self._wanted(status)
+        if self.scan or (status is not None and status >= 500):
+            wanted = True
+        else:  # _wanted(), the common case inline: a trace never opened has no oracle marker
+            wanted = self._trace is not None and self._wanted(status)
         deferred_output: Callable[[], Any] | None = None
         if output_factory is not None:
             if wanted:
@@ -929,7 +973,14 @@ class Operation:
                         continue  # an exchange arrived meanwhile: build it too
                     if self._build_failures:
                         self._take_build_failures_locked()
-                    still_open = self._open_dependency_reasons_locked()
+                    still_open: list[str] = _NO_FAILURES  # empty, as most often
+                    if self.pending:
+                        still_open = self._open_dependency_reasons_locked()
+                    else:
+                        for record in self.spans.values():
+                            if record.dependency and not record.ended:
+                                still_open = self._open_dependency_reasons_locked()
+                                break
                     for reason in still_open:
                         self._reason_locked(reason)
                     # effects_complete(), without listing the open spans a second time.

@@ -397,12 +397,11 @@ class ReproitSpanProcessor(SpanProcessor):
             operation, span_id = self._request_operation()
             if operation is None:
                 return None
+        # The binding is the recorder: its owner, the operation, settles the exchange (and
+        # hands its counters to the processor if it comes after the hand-off).
         binding = operation.bind_exchange(span_id, library)
         _open_binding.binding = binding
-        # The operation is the recorder's owner: it settles the exchange and hands its
-        # counters to the processor if it comes after the hand-off.
-        # (Its methods take the ExchangeBinding this recorder hands back as its handle.)
-        return recording.ExchangeRecorder(operation, binding, library)  # type: ignore[arg-type]
+        return binding
 
     def mark_incomplete(self, reason: str) -> None:
         """An unrecordable call in the current operation: its effects become incomplete."""
@@ -647,27 +646,42 @@ class ReproitSpanProcessor(SpanProcessor):
 
     def _hand_off(self, operation: Operation) -> None:
         # Taken before the processor's lock: an operation's lock is never taken inside it.
-        tally = operation.take_tally()
+        started, recorded, lost, failed = operation.take_tally()
         with self._lock:
-            self._add_locked(tally)
+            stats = self._stats
+            # _add_locked(), inline: this runs for every request.
+            if started:
+                stats["exchanges_started"] += started
+            if recorded:
+                stats["exchanges_recorded"] += recorded
+            if lost:
+                stats["exchanges_lost"] += lost
+            if failed:
+                stats["exchanges_failed"] += failed
             if operation.handed_off or operation.evicted:
                 return
             operation.handed_off = True
             # The request and its operation point at each other; let go of that cycle here
             # so both are freed without the cyclic garbage collector.
             operation.inbound = None
-            self._operations.pop((operation.otel_trace_id, operation.root_span_id), None)
-            self._drop_spans_locked(operation)
-            self._stats["operations_finished"] += 1
+            trace_id = operation.otel_trace_id
+            key = (trace_id, operation.root_span_id)
+            self._operations.pop(key, None)
+            # _drop_spans_locked(), inline: this runs for every request.
+            spans = self._spans
+            for span_id in list(operation.spans):
+                spans.pop((trace_id, span_id), None)
+            spans.pop(key, None)
+            stats["operations_finished"] += 1
             if operation.reasons:
-                self._stats["incomplete_operations"] += 1
+                stats["incomplete_operations"] += 1
             if operation.scan:
                 return
             if operation.late:
-                self._stats["late_effect_operations"] += 1
+                stats["late_effect_operations"] += 1
                 return
-            self._stats["operations_submitted"] += 1
-        if not operation.trace_opened:
+            stats["operations_submitted"] += 1
+        if operation._trace is None:  # not trace_opened (a property call less)
             # A capture never wanted (healthy: no failure status, no oracle marker): a sink
             # that only takes failures hears of it without its trace being opened.
             for sink, healthy in self._sink_calls:

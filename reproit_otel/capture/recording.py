@@ -187,6 +187,8 @@ class ExchangeRecorder:
     __slots__ = ("_handle", "_owner", "_unclaimed", "library")
 
     def __init__(self, owner: ExchangeOwner, handle: object, library: str) -> None:
+        """``handle`` is what ``owner``'s methods are called with (``None``: this recorder
+        itself, for an owner whose handle class is a subclass of this one)."""
         self._owner = owner
         self._handle = handle
         # One token: whoever pops it finishes the exchange (list.pop is atomic, and unlike a
@@ -197,7 +199,8 @@ class ExchangeRecorder:
     @property
     def owner(self) -> object:
         """The operation this exchange belongs to: one object for all of its exchanges."""
-        return getattr(self._handle, "operation", self._handle)
+        handle = self if self._handle is None else self._handle
+        return getattr(handle, "operation", handle)
 
     @property
     def done(self) -> bool:
@@ -233,10 +236,13 @@ class ExchangeRecorder:
         with guarded(f"recording.finish[{self.library}]"):
             if effect not in EFFECT_KINDS:
                 self._owner.exchange_failed(
-                    self._handle, f"{self.library}: unknown effect kind {effect!r}"
+                    self if self._handle is None else self._handle,
+                    f"{self.library}: unknown effect kind {effect!r}",
                 )
                 return
-            self._owner.exchange_finished(self._handle, effect, resource, key, exchange)
+            self._owner.exchange_finished(
+                self if self._handle is None else self._handle, effect, resource, key, exchange
+            )
 
     def finish_deferred(self, effect: str, build: DeferredExchange, held: int = 0) -> None:
         """Like :meth:`finish`, with the exchange built by ``build()`` only when wanted.
@@ -257,20 +263,32 @@ class ExchangeRecorder:
         try:
             if effect not in EFFECT_KINDS:
                 self._owner.exchange_failed(
-                    self._handle, f"{self.library}: unknown effect kind {effect!r}"
+                    self if self._handle is None else self._handle,
+                    f"{self.library}: unknown effect kind {effect!r}",
                 )
                 return
             # The span processor defers (exchange_deferred); the CI pipeline builds at once.
             deferred = getattr(self._owner, "exchange_deferred", None)
             if deferred is not None:
-                deferred(self._handle, effect, build, self.library, held)
+                deferred(
+                    self if self._handle is None else self._handle,
+                    effect,
+                    build,
+                    self.library,
+                    held,
+                )
                 return
             try:
                 resource, key, exchange = build()
             except Unrecordable as error:
-                self._owner.exchange_failed(self._handle, f"{self.library}: {error.reason}")
+                self._owner.exchange_failed(
+                    self if self._handle is None else self._handle,
+                    f"{self.library}: {error.reason}",
+                )
                 return
-            self._owner.exchange_finished(self._handle, effect, resource, key, exchange)
+            self._owner.exchange_finished(
+                self if self._handle is None else self._handle, effect, resource, key, exchange
+            )
         except Exception as exc:
             absorb(f"recording.finish[{self.library}]", exc)
 
@@ -282,7 +300,9 @@ class ExchangeRecorder:
         if not self._claim():
             return
         with guarded(f"recording.fail[{self.library}]"):
-            self._owner.exchange_failed(self._handle, f"{self.library}: {reason}")
+            self._owner.exchange_failed(
+                self if self._handle is None else self._handle, f"{self.library}: {reason}"
+            )
 
 
 _pipeline: RecordingPipeline | None = None

@@ -78,6 +78,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import itertools
 import logging
 import os
 import threading
@@ -274,6 +275,11 @@ class Uploader(Sending):
         self._cond = threading.Condition(threading.Lock())
         self._queue: collections.deque[dict[str, Any]] = collections.deque()
         self._stats = _fresh_stats()
+        # note_healthy() counts without a lock: next() on an itertools.count is one C call the
+        # interpreter lock keeps whole. stats() reads it with one next() of its own, counted in
+        # _healthy_reads (under the condition), so both stay exact.
+        self._healthy_notes = itertools.count()
+        self._healthy_reads = 0
         self._deadline: float | None = None
         self._flush_requested = False
         self._sending = False
@@ -322,11 +328,9 @@ class Uploader(Sending):
 
     def note_healthy(self) -> None:
         """The span processor's call for a capture that finished healthy and whose trace was
-        never opened (instead of :meth:`submit`): counted as ``not-a-failure``."""
-        try:
-            self._ineligible("not-a-failure")
-        except Exception as exc:
-            absorb("uploader.record", exc)
+        never opened (instead of :meth:`submit`): counted as ``not-a-failure``, with no lock
+        (most requests end here)."""
+        next(self._healthy_notes)
 
     def keep_settling(self) -> None:
         """Start this process's uploader thread now, so it settles handed-over work.
@@ -428,7 +432,11 @@ class Uploader(Sending):
         """A copy of the counters (``ineligible`` maps each reason to its count)."""
         with self._cond:
             copy = dict(self._stats)
-            copy["ineligible"] = dict(self._stats["ineligible"])
+            ineligible = copy["ineligible"] = dict(self._stats["ineligible"])
+            healthy = next(self._healthy_notes) - self._healthy_reads
+            self._healthy_reads += 1
+            if healthy:
+                ineligible["not-a-failure"] = ineligible.get("not-a-failure", 0) + healthy
             copy["queued"] = len(self._queue)
             return copy
 
