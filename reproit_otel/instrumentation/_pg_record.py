@@ -143,17 +143,15 @@ def set_active(active: bool) -> None:
     _active = active
 
 
-def _render(cursor: Any) -> Callable[[Any], str]:
-    def render(query: Any) -> str:
-        return str(query.as_string(cursor))
-
-    return render
-
-
 class RecordingCursor(_ext.cursor):
     """The recording layer mixed into every cursor class of a recorded connection."""
 
     _reproit_pending: _Pending | None = None  # a named cursor's exchange still collecting rows
+
+    def _reproit_render(self, query: Any) -> str:
+        """The text of a :mod:`psycopg2.sql` ``Composable`` on this cursor (a bound method
+        rather than a closure made per statement)."""
+        return str(query.as_string(self))
 
     def _reproit_settle(self) -> None:
         pending = self._reproit_pending
@@ -223,7 +221,7 @@ class RecordingCursor(_ext.cursor):
         statement: _Statement | None
         try:
             new = _Statement()
-            new.text = query if type(query) is str else statement_text(query, _render(self))
+            new.text = query if type(query) is str else statement_text(query, self._reproit_render)
             new.params = None
             if vars is None:
                 new.values = None
@@ -325,7 +323,7 @@ class RecordingCursor(_ext.cursor):
         sets = list(vars_list)  # a generator must reach psycopg2 intact: iterate it once here
         statement: _Statement | None = None
         try:
-            text = statement_text(query, _render(self))
+            text = statement_text(query, self._reproit_render)
             statement = _statement(
                 text, [redact_sql_values(text, encode_params(item)) for item in sets]
             )
