@@ -253,6 +253,9 @@ class Operation:
     error: dict[str, Any] | None = None
     """The exception the request raised (``wire.exception``), once one was noted."""
     _error_attached = False
+    wanted = False
+    """Whether a capture that finished with its trace not opened is a failure to upload
+    (status 500 or more): the uploader opens it (see "Lazy traces")."""
     _trace: BackendTrace | None = None
     # A capture's return event while its trace is not opened (see "Lazy traces").
     _returned: tuple[Any, ...] | None = None
@@ -340,6 +343,11 @@ class Operation:
         trace = self._trace
         return trace if trace is not None else self._open()
 
+    def open_trace(self) -> BackendTrace:
+        """:attr:`trace`, as a callable (a sink opens a failing capture on its own thread)."""
+        trace = self._trace
+        return trace if trace is not None else self._open()
+
     @property
     def trace_opened(self) -> bool:
         """Whether the trace exists (a scan-time operation, or a capture that was wanted or
@@ -348,12 +356,19 @@ class Operation:
 
     def _open(self) -> BackendTrace:
         """Open a capture's trace from what was stamped so far: built with no lock held, then
-        published under the lock with what arrived meanwhile."""
+        published under the lock with what arrived meanwhile.
+
+        A failing capture is opened after it finished, by the uploader's thread (see "Lazy
+        traces"): its events are then built here, and what building them found (an exchange
+        that cannot be recorded) makes its effects incomplete before the ``return`` event is
+        pushed, as finishing it would have.
+        """
         with self._lock:
             if self._trace is not None:
                 return self._trace
             log = self._log
             count = len(log)
+            returned = self._returned
             if self._build_failures is _NO_FAILURES:
                 self._build_failures = []
             if self._unheld is None:
@@ -373,14 +388,18 @@ class Operation:
         fresh.capped_effects = self._capped
         for effect, build, library, stamp in log[:count]:  # the trace is not shared yet
             fresh.defer_effect(effect, self._builder(build, library), stamp)
+        attached: dict[str, Any] | None = None
+        if returned is not None and returned[6]:  # finished, wanted: build it all now
+            returned, attached = self._wanted_return(fresh, returned)
         with self._lock:
             if self._trace is not None:
                 return self._trace  # opened meanwhile by another thread
             for effect, build, library, stamp in log[count:]:
                 fresh.defer_effect(effect, self._builder(build, library), stamp)
-            returned = self._returned
+            if returned is None:
+                returned = self._returned  # finished meanwhile
             if returned is not None:
-                output, status, success, complete, factory, stamp = returned
+                output, status, success, complete, factory, stamp, _ = returned
                 fresh.finish(
                     output,
                     status,
@@ -394,7 +413,37 @@ class Operation:
             self._trace = fresh
             self._log = []
             self._returned = None
+            if attached is not None:
+                self._error_attached = True
+            late_error = self.error if attached is None and returned is not None else None
+        if self._unreported:
+            self._report()
+        if late_error is not None:
+            self._amend_output(late_error)  # noted while the trace was being opened
         return fresh
+
+    def _wanted_return(
+        self, fresh: BackendTrace, returned: tuple[Any, ...]
+    ) -> tuple[tuple[Any, ...], dict[str, Any] | None]:
+        """The ``return`` of a failing capture opened after it finished, built as
+        :meth:`finish` builds a wanted one: the events are built (no lock held), an exchange
+        that could not be recorded makes the effects incomplete, and the output is decoded,
+        with the noted exception attached. Also gives that exception (None: none attached)."""
+        output, status, success, complete, factory, stamp, wanted = returned
+        fresh.materialize()
+        if factory is not None:
+            output = _guarded_output(factory, self._secrets)()
+            factory = None
+        error = self.error
+        if error is not None and isinstance(status, int) and status >= 500:
+            output = output_with_error(output, error)
+        else:
+            error = None
+        with self._lock:
+            if self._build_failures:
+                self._take_build_failures_locked()
+                complete = False
+        return (output, status, success, complete, factory, stamp, wanted), error
 
     def _builder(self, build: DeferredExchange, library: str) -> Callable[[], Any]:
         """The trace's builder of a deferred exchange: scrubbed of the secret values read
@@ -891,8 +940,8 @@ class Operation:
             if self.error is not None or self.handed_off or self.evicted:
                 return
             self.error = error
-            if not self._closed:
-                return  # finish() attaches it
+            if not self._closed or self._trace is None:
+                return  # finish() or, for a trace not opened yet, _open() attaches it
         self._amend_output(error)
 
     def _amend_output(self, error: dict[str, Any]) -> None:
@@ -947,9 +996,12 @@ class Operation:
             wanted = True
         else:  # _wanted(), the common case inline: a trace never opened has no oracle marker
             wanted = self._trace is not None and self._wanted(status)
+        # A capture whose trace is not opened keeps it so, wanted or not: a failing one is
+        # opened, and its events built, on the uploader's thread (see "Lazy traces").
+        lazy = self._trace is None and not self.scan
         deferred_output: Callable[[], Any] | None = None
         if output_factory is not None:
-            if wanted:
+            if wanted and not lazy:
                 output = _guarded_output(output_factory, self._secrets)()
             else:
                 deferred_output = output_factory  # guarded when the return event is pushed
@@ -959,8 +1011,6 @@ class Operation:
                 output = scrub_value(output, secrets)
         failure = not self.scan and status is not None and status >= 500
         trace = self._trace
-        if wanted and trace is None:
-            trace = self._open()  # no lock held: see _open
         kept = False  # the return event kept for a trace not opened (see "Lazy traces")
         try:
             while True:
@@ -986,11 +1036,13 @@ class Operation:
                     # effects_complete(), without listing the open spans a second time.
                     complete = not self._effects_never and not self.reasons and not still_open
                     self.status = status
-                    error = self.error if failure else None
-                    self._error_attached = error is not None
                     self._closed = True
                     trace = self._trace
-                    if trace is None:  # an unwanted capture: keep the return for _open
+                    # The noted exception joins a failure's output now, or when _open pushes
+                    # the return event of a trace not opened.
+                    error = self.error if failure and trace is not None else None
+                    self._error_attached = error is not None
+                    if trace is None:  # a capture not opened: keep the return for _open
                         kept = True
                         if len(self._log) + 1 >= self._max_events:
                             self._reason_locked("operation not finished: TooManyEvents")
@@ -1002,7 +1054,9 @@ class Operation:
                                 complete,
                                 deferred_output,  # guarded by _open
                                 stamp_now(self._origin),
+                                wanted,
                             )
+                            self.wanted = wanted
                     break
         finally:
             if self._unreported:
@@ -1027,7 +1081,7 @@ class Operation:
             if self._unreported:
                 self._report()
         self.finished = True
-        if failure and self.error is not None and not self._error_attached:
+        if failure and not kept and self.error is not None and not self._error_attached:
             self._amend_output(self.error)  # noted while the return event was being pushed
         if self.span_ended:
             self._on_ready(self)

@@ -155,7 +155,10 @@ class OperationSink(Protocol):
 
     A sink that only keeps failures may also define ``note_healthy()``: it is then called,
     instead of :meth:`submit`, for a capture that finished healthy (a status under 500 and no
-    agent oracle marker) whose trace was never opened, so that trace is never built.
+    agent oracle marker) whose trace was never opened, so that trace is never built. A sink
+    with a thread of its own may define ``submit_unopened(open_trace)``: it is called instead
+    of :meth:`submit` for a failing capture whose trace is not opened yet, and calls
+    ``open_trace()`` (which builds the events, holding no lock) on that thread.
     """
 
     def submit(self, trace: BackendTrace) -> None:
@@ -218,7 +221,7 @@ class ReproitSpanProcessor(SpanProcessor):
         every server operation; scan-time operations follow the configuration alone."""
         self.config = config if config is not None else load_config()
         self.sinks: list[OperationSink] = list(sinks)
-        self._sink_calls = [(sink, _healthy_call(sink)) for sink in self.sinks]
+        self._sink_calls = [_sink_calls(sink) for sink in self.sinks]
         # Sinks with a thread that settles handed-over work (the uploader): started at begin.
         self._settlers: list[Callable[[], None]] = [
             settler for settler in map(_settler_of, self.sinks) if settler is not None
@@ -243,7 +246,7 @@ class ReproitSpanProcessor(SpanProcessor):
     def add_sink(self, sink: OperationSink) -> None:
         """Also hand finished capture operations to ``sink`` (turns capture on)."""
         self.sinks.append(sink)
-        self._sink_calls = [*self._sink_calls, (sink, _healthy_call(sink))]
+        self._sink_calls = [*self._sink_calls, _sink_calls(sink)]
         settler = _settler_of(sink)
         if settler is not None:
             self._settlers.append(settler)
@@ -682,12 +685,17 @@ class ReproitSpanProcessor(SpanProcessor):
                 return
             stats["operations_submitted"] += 1
         if operation._trace is None:  # not trace_opened (a property call less)
-            # A capture never wanted (healthy: no failure status, no oracle marker): a sink
-            # that only takes failures hears of it without its trace being opened.
-            for sink, healthy in self._sink_calls:
+            # A capture whose trace was never opened. Healthy (no failure status, no oracle
+            # marker): a sink that only takes failures hears of it without its trace being
+            # opened. Failing: a sink that can opens it on its own thread, so its events are
+            # built there rather than on the request's.
+            wanted = operation.wanted
+            for sink, healthy, unopened in self._sink_calls:
                 try:
-                    if healthy is not None:
+                    if not wanted and healthy is not None:
                         healthy()
+                    elif wanted and unopened is not None:
+                        unopened(operation.open_trace)
                     else:
                         sink.submit(operation.trace)
                 except Exception as exc:
@@ -700,11 +708,18 @@ class ReproitSpanProcessor(SpanProcessor):
                 absorb("processor.sink", exc)
 
 
-def _healthy_call(sink: OperationSink) -> Callable[[], None] | None:
-    """The sink's ``note_healthy`` (called instead of ``submit`` for a capture that finished
-    healthy and was never opened: a sink that only takes failures), if it has one."""
+def _sink_calls(
+    sink: OperationSink,
+) -> tuple[
+    OperationSink,
+    Callable[[], None] | None,
+    Callable[[Callable[[], BackendTrace]], None] | None,
+]:
+    """The sink, and its ``note_healthy`` and ``submit_unopened`` if it has them (see
+    :class:`OperationSink`)."""
     note = getattr(sink, "note_healthy", None)
-    return note if callable(note) else None
+    unopened = getattr(sink, "submit_unopened", None)
+    return sink, note if callable(note) else None, unopened if callable(unopened) else None
 
 
 def _settler_of(sink: OperationSink) -> Callable[[], None] | None:

@@ -280,6 +280,9 @@ class Uploader(Sending):
         # _healthy_reads (under the condition), so both stay exact.
         self._healthy_notes = itertools.count()
         self._healthy_reads = 0
+        # Failing operations handed over unopened (submit_unopened): their traces are opened
+        # and recorded by _open_unopened. Only append and popleft: no lock.
+        self._unopened: collections.deque[Callable[[], _HasEvents]] = collections.deque()
         self._deadline: float | None = None
         self._flush_requested = False
         self._sending = False
@@ -325,6 +328,42 @@ class Uploader(Sending):
             absorb("uploader.record", exc)
             return
         self.record(trace)
+
+    def submit_unopened(self, open_trace: Callable[[], _HasEvents]) -> None:
+        """The span processor's call for a failing capture whose trace is not opened yet
+        (instead of :meth:`submit`): ``open_trace()`` builds its events, so it is called on
+        this uploader's thread (or by :meth:`flush`, :meth:`stats` and :meth:`close`, which
+        open what is waiting first), holding no lock, and its trace is then recorded.
+
+        Takes no lock: past :attr:`UploaderSettings.queue_limit` waiting operations the
+        oldest is dropped (``dropped_operations``), as the queue drops its oldest.
+        """
+        unopened = self._unopened
+        unopened.append(open_trace)
+        if len(unopened) > self.settings.queue_limit:
+            try:
+                unopened.popleft()
+            except IndexError:
+                return
+            with self._cond:  # only when the uploader is that far behind
+                self._stats["captured_operations"] += 1
+                self._stats["dropped_operations"] += 1
+
+    def _open_unopened(self) -> None:
+        """Open and record the failing operations handed over unopened, oldest first, on this
+        thread, holding no lock: building and redacting their events happens here."""
+        unopened = self._unopened
+        for _ in range(len(unopened)):
+            try:
+                open_trace = unopened.popleft()
+            except IndexError:
+                return
+            try:
+                trace = open_trace()
+            except Exception as exc:
+                absorb("uploader.open", exc)
+                continue
+            self.record(trace)
 
     def note_healthy(self) -> None:
         """The span processor's call for a capture that finished healthy and whose trace was
@@ -415,6 +454,8 @@ class Uploader(Sending):
         False when ``timeout`` (seconds) passed first. Safe from any thread but the uploader's.
         """
         limit = None if timeout is None else time.monotonic() + timeout
+        if self._unopened:
+            self._open_unopened()
         with self._cond:
             if not self._queue and not self._sending:
                 return True
@@ -429,7 +470,12 @@ class Uploader(Sending):
             return True
 
     def stats(self) -> dict[str, Any]:
-        """A copy of the counters (``ineligible`` maps each reason to its count)."""
+        """A copy of the counters (``ineligible`` maps each reason to its count).
+
+        Failing operations handed over unopened are opened and recorded first, so the
+        counters include them."""
+        if self._unopened:
+            self._open_unopened()
         with self._cond:
             copy = dict(self._stats)
             ineligible = copy["ineligible"] = dict(self._stats["ineligible"])
@@ -465,7 +511,7 @@ class Uploader(Sending):
             return
         self._exit_flushed = True
         with self._cond:
-            pending = bool(self._queue) or self._sending
+            pending = bool(self._queue) or self._sending or bool(self._unopened)
         if pending:
             self.flush(self.settings.exit_flush_timeout_s)
 
@@ -480,6 +526,8 @@ class Uploader(Sending):
                     return
                 if recording.handed_over:
                     self._settle()
+                if self._unopened:
+                    self._open_unopened()
                 if work:
                     self._drain()
         finally:
@@ -497,7 +545,7 @@ class Uploader(Sending):
                 now = time.monotonic()
                 if self._deadline is not None and now >= self._deadline:
                     break
-                if waited and recording.handed_over:
+                if waited and (recording.handed_over or self._unopened):
                     return False
                 wait = SETTLE_INTERVAL_S
                 if self._deadline is not None:
