@@ -364,6 +364,7 @@ class Uploader(Sending):
                 absorb("uploader.open", exc)
                 continue
             self.record(trace)
+            time.sleep(0)  # let the request threads in between two operations
 
     def note_healthy(self) -> None:
         """The span processor's call for a capture that finished healthy and whose trace was
