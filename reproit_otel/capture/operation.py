@@ -18,15 +18,22 @@ and the bookkeeping that decides ``effectsComplete`` (PROTOCOL decision D4):
 Exchanges become ``effect`` events in completion order. Configured secret values (D8) are
 replaced in every string of an exchange, its key and resource, and of the output.
 
-Capture operations defer the expensive part. A capture is uploaded only when the operation
-fails (status 500 or more, or a marked agent oracle), so a capture operation keeps its
-``start`` input and the exchanges recorders hand over with
-:meth:`~reproit_otel.capture.recording.ExchangeRecorder.finish_deferred` in raw form: each takes its
-place, sequence number and timestamps when it completes, and is built (bounded, keyed,
-scrubbed, redacted) only when the operation finishes as a failure, right before the ``return``
-event, so that an exchange that turns out to be unrecordable still makes ``effectsComplete``
-false. A healthy operation's deferred events are built only if someone reads its events (the
-debug dump does; the uploader does not). Scan-time operations build everything at once.
+Lazy traces. A capture is uploaded only when the operation fails (status 500 or more, or a
+marked agent oracle), so a capture operation is one flat record until it is wanted: it keeps
+the request's input source, the monotonic origin and the ``start`` event's stamp
+(``sequence``, ``at``, ``monoNs``), then, for each exchange a recorder hands over with
+:meth:`~reproit_otel.capture.recording.ExchangeRecorder.finish_deferred`, its raw builder and the
+stamp it got when it completed, and at the finish the ``return`` event's fields and stamp. No
+:class:`~reproit_otel.wire.trace.BackendTrace` exists yet. The trace is *opened*
+(:meth:`Operation.open_trace`, or reading :attr:`Operation.trace`) only when someone needs it:
+it is then built from the record (``BackendTrace.reopened`` and the stamps), so its events are
+byte for byte those of a trace opened at the start. A healthy capture is never opened (the
+uploader only counts it); a failing one is handed to the uploader unopened and opened on the
+uploader's thread, where its exchanges are built (bounded, keyed, scrubbed, redacted) before
+its ``return`` event is pushed, so that an exchange that turns out to be unrecordable still
+makes ``effectsComplete`` false; a sink that reads events on the request thread (the debug
+dump) opens it there. An agent oracle marker or a built exchange opens the trace when it is
+pushed. Scan-time operations open their trace at once and build everything as it comes.
 While heavy capture is on, what a capture holds is bounded as it is recorded: once the
 exchanges kept reach the capture budget (``REPROIT_CAPTURE_BUDGET``, by the bytes each
 recorder says it keeps), later ones are settled but not kept, only counted

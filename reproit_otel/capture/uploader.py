@@ -17,7 +17,13 @@ What happens to an operation (PROTOCOL sections 5.3 and 5.4, decisions D3 and D5
    whose events are partly deferred (the capture pipeline's healthy operations) is first
    judged on its settled events (``unfinished`` and ``not-a-failure`` depend only on the
    ``return`` event and oracle markers, which are never deferred), so a healthy operation's
-   exchanges are never built.
+   exchanges are never built. The span processor goes further for the captures whose trace it
+   never opened (``capture/operation.py``, "Lazy traces"): a healthy one is only counted
+   (:meth:`Uploader.note_healthy`, no lock), and a failing one is handed over unopened
+   (:meth:`Uploader.submit_unopened`, no lock): this thread opens it, which builds its
+   events, and records it, so the request's thread builds nothing. :meth:`Uploader.flush`,
+   :meth:`Uploader.stats` and :meth:`Uploader.close` open what waits first. At most 64 wait;
+   the 65th pushes out the oldest (``dropped_operations``).
 2. An eligible one is queued (``captured_operations``). The queue holds 64 operations; the
    65th pushes out the **oldest** (``dropped_operations``). The first record arms the flush
    timer (``flush_interval_ms``, default 3000, floor 100); a timer already armed is not
