@@ -236,6 +236,51 @@ class ExchangeBinding(recording.ExchangeRecorder):
 _NO_FAILURES: list[str] = []  # shared and never appended to: an empty list to read
 
 
+class OperationSettings:
+    """What every operation a processor begins shares: its limits and its callbacks."""
+
+    __slots__ = (
+        "budget",
+        "build",
+        "effects_never",
+        "max_events",
+        "max_spans",
+        "on_ready",
+        "on_reason",
+        "on_tally",
+        "secrets",
+    )
+
+    def __init__(
+        self,
+        *,
+        secrets: Callable[[], tuple[str, ...]],
+        on_ready: Callable[[Operation], None],
+        on_reason: Callable[[Operation, str], None],
+        on_tally: Callable[[Operation], None] | None = None,
+        effects_never: bool = False,
+        max_spans: int = MAX_SPANS_PER_OPERATION,
+        budget: int = 0,
+        build: str | None = None,
+        max_events: int = MAX_EVENTS,
+    ) -> None:
+        """``secrets()`` gives the secret values to scrub (D8); ``on_ready(operation)`` hands
+        a finished operation off, ``on_reason(operation, reason)`` counts and logs a reason
+        of incompleteness, ``on_tally(operation)`` takes the exchange counters of an exchange
+        settled after the hand-off. ``effects_never``: ``REPROIT_EFFECTS_COMPLETE=never``.
+        ``max_spans`` spans are tracked at most; ``budget`` is the capture budget in bytes (0:
+        none); ``build`` and ``max_events`` go into a capture's trace."""
+        self.secrets = secrets
+        self.on_ready = on_ready
+        self.on_reason = on_reason
+        self.on_tally = on_tally
+        self.effects_never = effects_never
+        self.max_spans = max_spans
+        self.budget = budget
+        self.build = build
+        self.max_events = max(MAX_EVENTS, max_events)
+
+
 class Operation:
     """The recording of one server operation. Created by the span processor."""
 
@@ -276,70 +321,65 @@ class Operation:
     _unheld: dict[str, int] | None = None
     _capped: dict[str, int] | None = None
 
+    scan = False
+    """Whether this is a scan-time operation (its events leave in the response header)."""
+
     def __init__(
         self,
         trace: BackendTrace | None,
-        *,
+        settings: OperationSettings,
         otel_trace_id: int,
         root_span_id: int,
-        scan: bool,
         inbound: object | None,
-        effects_never: bool,
-        secrets: Callable[[], tuple[str, ...]],
-        on_ready: Callable[[Operation], None],
-        on_reason: Callable[[Operation, str], None],
-        max_spans: int = MAX_SPANS_PER_OPERATION,
-        budget: int = 0,
+        *,
         name: str = "",
-        capture_id: str = "",
-        build: str | None = None,
         input_factory: Callable[[], Any] | None = None,
-        max_events: int = MAX_EVENTS,
-        on_tally: Callable[[Operation], None] | None = None,
+        number: int = 0,
     ) -> None:
         """``trace`` is the operation's open trace (a scan-time operation); ``None`` for a
         capture, whose trace is opened only if it is wanted (see "Lazy traces"): ``name`` (the
-        bounded operation name), ``capture_id`` and ``build`` (its capture context, PROTOCOL
-        5.2; the replay seed is drawn when the trace opens), ``input_factory`` (the deferred
-        ``start`` input) and ``max_events`` describe that trace."""
-        self.max_spans = max_spans
-        self._budget = budget  # the capture budget in bytes (0: none)
+        bounded operation name), ``input_factory`` (the deferred ``start`` input) and
+        ``number`` (of its capture context ``cap-<ms>-<number>``, PROTOCOL 5.2; the replay
+        seed is drawn when the trace opens) describe that trace. ``settings`` are the
+        processor's, shared by every operation it begins."""
+        self._settings = settings
         self.otel_trace_id = otel_trace_id
         self.root_span_id = root_span_id
-        self.scan = scan
         # The middleware's InboundRequest when a middleware finishes this operation at response
         # start, else None. Only whether it is set matters here, so this module needs nothing
         # from inbound.py: inbound.py names Operation and imports run that one way.
         self.inbound = inbound
+        # The trace's monotonic origin and its start event's stamp, taken now (as
+        # BackendTrace.begin would), then each event's stamp in ``_log``.
+        origin = self._origin = time.monotonic_ns()
         if trace is not None:
             self._trace = trace
-            trace.capture_budget = budget
+            self.scan = True
+            trace.capture_budget = settings.budget
             self.name = trace.operation
-            self.created = time.monotonic()
             self._build_failures = []
         else:
             self.name = name
-            # The trace's monotonic origin and its start event's stamp, taken now (as
-            # BackendTrace.begin would), then each event's stamp in ``_log``.
-            origin = self._origin = time.monotonic_ns()
             self._start: Stamp = stamp_now(origin)
-            self.created = origin / 1e9  # the clock of time.monotonic()
             # (effect, build, library, stamp) of each deferred exchange, in arrival order.
             self._log: list[tuple[str, DeferredExchange, str, Stamp]] = []
-            self._capture_id = capture_id
-            self._build_name = build
             self._input_factory = input_factory
-            self._max_events = max(MAX_EVENTS, max_events)
-        self._on_tally = on_tally
+            self._number = number
         self.spans: dict[int, SpanRecord] = {}
         self.reasons: list[str] = []
-        self._effects_never = effects_never
-        self._secrets = secrets
-        self._on_ready = on_ready
-        self._on_reason = on_reason
         # Reasons met under the lock, reported to the processor once it is released.
         self._unreported: list[str] = []
         self._lock = threading.Lock()
+
+    @property
+    def created(self) -> float:
+        """When the operation began, on the clock of ``time.monotonic()``."""
+        return self._origin / 1e9
+
+    @property
+    def max_spans(self) -> int:
+        """Spans tracked at most (the settings' limit)."""
+        return self._settings.max_spans
 
     # -- the trace --------------------------------------------------------------------------
 
@@ -383,14 +423,18 @@ class Operation:
             if self._capped is None:
                 self._capped = {}
         fresh = BackendTrace.reopened(
-            CaptureContext(self._capture_id, self._build_name, os.urandom(8).hex()),
+            CaptureContext(
+                f"cap-{self._start[1]}-{self._number}",  # the start's wall clock, in ms
+                self._settings.build,
+                os.urandom(8).hex(),
+            ),
             self.name,
-            input_factory=_scrubbed_input(self._input_factory or _no_input, self._secrets),
-            max_events=self._max_events,
+            input_factory=_scrubbed_input(self._input_factory or _no_input, self._settings.secrets),
+            max_events=self._settings.max_events,
             origin_ns=self._origin,
             start=self._start,
         )
-        fresh.capture_budget = self._budget
+        fresh.capture_budget = self._settings.budget
         fresh.unheld_effects = self._unheld
         fresh.capped_effects = self._capped
         for effect, build, library, stamp in log[:count]:  # the trace is not shared yet
@@ -414,7 +458,7 @@ class Operation:
                     complete,
                     output_factory=None
                     if factory is None
-                    else _guarded_output(factory, self._secrets),
+                    else _guarded_output(factory, self._settings.secrets),
                     stamp=stamp,
                 )
             self._trace = fresh
@@ -439,7 +483,7 @@ class Operation:
         output, status, success, complete, factory, stamp, wanted = returned
         fresh.materialize()
         if factory is not None:
-            output = _guarded_output(factory, self._secrets)()
+            output = _guarded_output(factory, self._settings.secrets)()
             factory = None
         error = self.error
         if error is not None and isinstance(status, int) and status >= 500:
@@ -457,14 +501,16 @@ class Operation:
         when it runs (registered ones included), as the output is. It must not hold the
         operation: the trace would then be part of a reference cycle, left to the cyclic
         garbage collector."""
-        return functools.partial(_build, build, library, self._secrets, self._build_failures)
+        return functools.partial(
+            _build, build, library, self._settings.secrets, self._build_failures
+        )
 
     def _room_locked(self) -> bool:
         """Whether an effect pushed now still leaves room for the ``return`` event."""
         trace = self._trace
         if trace is not None:
             return trace.room_for_effect()
-        return len(self._log) + 1 < self._max_events - 1
+        return len(self._log) + 1 < self._settings.max_events - 1
 
     # -- spans ------------------------------------------------------------------------------
 
@@ -472,8 +518,10 @@ class Operation:
         """Track a span of this operation; False when the table is full (then incomplete)."""
         try:
             with self._lock:
-                if len(self.spans) >= self.max_spans:
-                    self._reason_locked(f"too many spans to track (limit {self.max_spans})")
+                if len(self.spans) >= self._settings.max_spans:
+                    self._reason_locked(
+                        f"too many spans to track (limit {self._settings.max_spans})"
+                    )
                     return False
                 self.spans[record.span_id] = record
                 if record.dependency:
@@ -646,7 +694,7 @@ class Operation:
         exchange: dict[str, Any],
     ) -> None:
         """Push the exchange as an effect (secret values scrubbed first, D8)."""
-        secrets = self._secrets()
+        secrets = self._settings.secrets()
         if secrets:
             exchange = scrub_exact_bytes(scrub_value(exchange, secrets), secrets)
             resource = None if resource is None else scrub_secret_values(resource, secrets)
@@ -711,7 +759,7 @@ class Operation:
         event cap likewise, in ``capped_effects``.
         """
         if self.scan:  # built and redacted now, before the lock
-            built = _build(build, library, self._secrets(), self._build_failures)
+            built = _build(build, library, self._settings.secrets(), self._build_failures)
             if built is not None:
                 self._push_built(binding, effect, *built)
                 return
@@ -746,12 +794,12 @@ class Operation:
                     self._late_locked("an exchange finished after the response")
                     return
                 trace = self._trace
-                budget = self._budget
+                budget = self._settings.budget
                 if budget:
                     # _capped_locked(), inline: this runs for every exchange.
                     capped = self._capped
                     if capped or not (
-                        len(self._log) + 1 < self._max_events - 1
+                        len(self._log) + 1 < self._settings.max_events - 1
                         if trace is None
                         else trace.room_for_effect()
                     ):
@@ -771,7 +819,7 @@ class Operation:
                     if effect not in _BOUNDARY_EFFECTS:
                         self._reason_locked("exchange not recorded: InvalidOperation")
                         return
-                    if len(self._log) + 1 >= self._max_events:
+                    if len(self._log) + 1 >= self._settings.max_events:
                         self._reason_locked("exchange not recorded: TooManyEvents")
                         return
                     self._log.append((effect, build, library, stamp_now(self._origin)))
@@ -798,7 +846,7 @@ class Operation:
         One slot stays free for the ``return`` event, so the operation can still finish and
         be sent. The first exchanges are kept, as the batch bound keeps the first ones.
         """
-        if not self._budget:
+        if not self._settings.budget:
             return False  # not a heavy capture: TooManyEvents makes it incomplete, as before
         capped = self._capped
         if not capped and self._room_locked():
@@ -826,7 +874,7 @@ class Operation:
     def _late_tally(self) -> None:
         """An exchange settled after the operation was handed off or evicted: the processor
         adds its counters now (it took the others when it let go of the operation)."""
-        on_tally = self._on_tally
+        on_tally = self._settings.on_tally
         if on_tally is not None:
             on_tally(self)
 
@@ -901,7 +949,7 @@ class Operation:
                 reason = unreported.pop(0)  # atomic: two threads never report one reason twice
             except IndexError:
                 return
-            self._on_reason(self, reason)
+            self._settings.on_reason(self, reason)
 
     def open_dependency_reasons(self) -> list[str]:
         """Reasons from dependency spans still open (or exchanges pending) right now."""
@@ -921,7 +969,7 @@ class Operation:
     def effects_complete(self) -> bool:
         """D4: every dependency span covered, nothing failed or pending, mode is not never."""
         with self._lock:
-            if self._effects_never:
+            if self._settings.effects_never:
                 return False
             return not self.reasons and not self._open_dependency_reasons_locked()
 
@@ -940,7 +988,7 @@ class Operation:
         if recording.collecting.active:  # a finalizer, maybe inside one of our locked sections
             recording.hand_over(functools.partial(self.note_error, build))
             return
-        error = build(self._secrets())
+        error = build(self._settings.secrets())
         if error is None:
             return
         with self._lock:
@@ -1009,11 +1057,11 @@ class Operation:
         deferred_output: Callable[[], Any] | None = None
         if output_factory is not None:
             if wanted and not lazy:
-                output = _guarded_output(output_factory, self._secrets)()
+                output = _guarded_output(output_factory, self._settings.secrets)()
             else:
                 deferred_output = output_factory  # guarded when the return event is pushed
         elif output is not None:
-            secrets = self._secrets()
+            secrets = self._settings.secrets()
             if secrets:
                 output = scrub_value(output, secrets)
         failure = not self.scan and status is not None and status >= 500
@@ -1041,7 +1089,9 @@ class Operation:
                     for reason in still_open:
                         self._reason_locked(reason)
                     # effects_complete(), without listing the open spans a second time.
-                    complete = not self._effects_never and not self.reasons and not still_open
+                    complete = (
+                        not self._settings.effects_never and not self.reasons and not still_open
+                    )
                     self.status = status
                     self._closed = True
                     trace = self._trace
@@ -1051,7 +1101,7 @@ class Operation:
                     self._error_attached = error is not None
                     if trace is None:  # a capture not opened: keep the return for _open
                         kept = True
-                        if len(self._log) + 1 >= self._max_events:
+                        if len(self._log) + 1 >= self._settings.max_events:
                             self._reason_locked("operation not finished: TooManyEvents")
                         else:
                             self._returned = (
@@ -1080,7 +1130,7 @@ class Operation:
                     complete,
                     output_factory=None
                     if deferred_output is None
-                    else _guarded_output(deferred_output, self._secrets),
+                    else _guarded_output(deferred_output, self._settings.secrets),
                 )
         except TraceError as exc:
             with self._lock:
@@ -1091,7 +1141,7 @@ class Operation:
         if failure and not kept and self.error is not None and not self._error_attached:
             self._amend_output(self.error)  # noted while the return event was being pushed
         if self.span_ended:
-            self._on_ready(self)
+            self._settings.on_ready(self)
 
     def end_root(self) -> bool:
         """The server span ended. True when the operation is now ready to hand off.

@@ -89,6 +89,7 @@ from reproit_otel.capture.operation import (
     MAX_SPANS_PER_OPERATION,
     ExchangeBinding,
     Operation,
+    OperationSettings,
     SpanRecord,
     is_dependency_span,
 )
@@ -239,6 +240,29 @@ class ReproitSpanProcessor(SpanProcessor):
         self._watching = False  # recording.watch_collections() called
         self._secrets: tuple[str, ...] = self.config.secret_values
         self._registered: tuple[str, ...] = ()
+        config = self.config
+        never = config.effects_complete is EffectsCompleteMode.NEVER
+        # Heavy capture: an operation past the 256-event trace limit is still recorded whole,
+        # for the uploader to send as an artifact (see uploader.py); never a scan.
+        heavy = config.capture_budget > 0
+        self._capture_settings = OperationSettings(
+            secrets=self._current_secrets,
+            on_ready=self._hand_off,
+            on_reason=self._note_reason,
+            on_tally=self._take_tally,
+            effects_never=never,
+            max_spans=HEAVY_MAX_SPANS if heavy else MAX_SPANS_PER_OPERATION,
+            budget=config.capture_budget if heavy else 0,
+            build=config.build,
+            max_events=config.capture_max_events if heavy else MAX_EVENTS,
+        )
+        self._scan_settings = OperationSettings(
+            secrets=self._current_secrets,
+            on_ready=self._hand_off,
+            on_reason=self._note_reason,
+            on_tally=self._take_tally,
+            effects_never=never,
+        )
         recording.set_pipeline(self)
 
     # -- public -----------------------------------------------------------------------------
@@ -520,9 +544,6 @@ class ReproitSpanProcessor(SpanProcessor):
         else:
             name, input_value = self._from_attributes(span)
             source = partial(_same, input_value)
-        # Heavy capture: an operation past the 256-event trace limit is still recorded whole,
-        # for the uploader to send as an artifact (see uploader.py).
-        heavy = scan_context is None and self.config.capture_budget > 0
         secret_values = self._current_secrets()
         if secret_values:
             # D8: a configured secret in the path would ride in the operation name, which every
@@ -547,28 +568,19 @@ class ReproitSpanProcessor(SpanProcessor):
                 self._stats["untraced_requests"] += 1
             _log.debug("reproit-otel: request %r not traced: %s", name, exc.code)
             return
-        config = self.config
-        operation = Operation(
-            trace,
-            otel_trace_id=trace_id,
-            root_span_id=span_id,
-            scan=scan_context is not None,
-            inbound=inbound,
-            effects_never=config.effects_complete is EffectsCompleteMode.NEVER,
-            secrets=self._current_secrets,
-            on_ready=self._hand_off,
-            on_reason=self._note_reason,
-            max_spans=HEAVY_MAX_SPANS if heavy else MAX_SPANS_PER_OPERATION,
-            budget=config.capture_budget if heavy else 0,
-            name=bounded or "",
-            capture_id=""
-            if trace is not None
-            else f"cap-{time.time_ns() // 1_000_000}-{next(self._counter)}",
-            build=config.build,
-            input_factory=None if trace is not None else source,
-            max_events=config.capture_max_events if heavy else MAX_EVENTS,
-            on_tally=self._take_tally,
-        )
+        if trace is not None:
+            operation = Operation(trace, self._scan_settings, trace_id, span_id, inbound)
+        else:
+            operation = Operation(
+                None,
+                self._capture_settings,
+                trace_id,
+                span_id,
+                inbound,
+                name=bounded or "",
+                input_factory=source,
+                number=next(self._counter),
+            )
         key = (trace_id, span_id)
         evicted: list[Operation] = []
         with self._lock:

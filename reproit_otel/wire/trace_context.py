@@ -217,6 +217,12 @@ def bounded_operation(operation: Any) -> str:
     Raises :class:`~reproit_otel.errors.TraceError` ``InvalidOperation`` for an empty or
     over-long name.
     """
+    if type(operation) is str and operation.isascii() and operation.isprintable():
+        # _bounded()'s common case, inline: a request's name is most often printable ASCII.
+        name: str | None = operation.strip(" ")
+        if name and len(name) <= MAX_OPERATION:
+            return name
+        raise TraceError("InvalidOperation")
     name = _bounded(js_string(operation), MAX_OPERATION)
     if name is None:
         raise TraceError("InvalidOperation")
