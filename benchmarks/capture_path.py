@@ -13,7 +13,10 @@ the cost of ``reproit-on`` (capture configured, healthy requests) and ``reproit-
 which leaves out the waits on the upstream and PostgreSQL and so moves less with the machine's
 other work. With ``--gc`` the child also reports how often the cyclic garbage collector ran and
 its mean time per request, and how many objects per request only the cyclic collector frees
-(reference cycles). Prints only; writes nothing. ``benchmarks/capture_scaling.py`` runs the
+(reference cycles). With ``--baseline DIR`` it interleaves ``otel`` and ``reproit-on``
+children of this checkout with those of another one (a commit to compare with, checked out
+with its own ``.venv``), rotating the order every pass, and prints the cost of capture in
+each, paired per pass. Prints only; writes nothing. ``benchmarks/capture_scaling.py`` runs the
 same child with a larger payload and with sentry-sdk in place of OpenTelemetry.
 
 ``--child SHAPE N`` is the child's own entry point.
@@ -29,6 +32,7 @@ import statistics
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from benchmarks._common import PYTHON, ROOT, in_process_environment
@@ -154,9 +158,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gc", action="store_true", help="report garbage collector activity")
     parser.add_argument("--child", nargs=2, metavar=("SHAPE", "N"), help=argparse.SUPPRESS)
     parser.add_argument("--payload", default="small", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="another checkout (with its own .venv) to interleave with this one",
+    )
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(_child(args.child[0], int(args.child[1]), args.gc, args.payload)))
+        return
+    if args.baseline:
+        _against_baseline(Path(args.baseline).resolve(), args.passes, args.requests)
         return
     results: dict[str, list[float]] = {shape: [] for shape in SHAPES}
     cpu_results: dict[str, list[float]] = {shape: [] for shape in SHAPES}
@@ -183,6 +195,47 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"pass {number + 1} {shape:<12} {rounds}  cpu {cpu}{extra}")
     _report(results, "", "")
     _report(cpu_results, "cpu ", ", thread CPU")
+
+
+def _against_baseline(baseline: Path, passes: int, requests: int) -> None:
+    """Interleave ``otel`` and ``reproit-on`` children of this checkout and of ``baseline``
+    (run with its own ``.venv``), rotating the order every pass, and report the cost of
+    capture over ``otel`` in each (request thread CPU), paired per pass."""
+    python = baseline / ".venv" / "bin" / "python"
+    if not python.exists():
+        raise SystemExit(f"{baseline}: no .venv/bin/python (run scripts/bootstrap there first)")
+    trees = {"this": (PYTHON, ROOT), "baseline": (str(python), baseline)}
+    runs = [(tree, shape) for tree in trees for shape in ("otel", "reproit-on")]
+    cpu: dict[tuple[str, str], list[float]] = {run: [] for run in runs}
+    with in_process_environment() as env:
+        for number in range(passes):
+            turn = number % len(runs)
+            for tree, shape in runs[turn:] + runs[:turn]:
+                python_path, root = trees[tree]
+                command = [python_path, "-m", "benchmarks.capture_path"]
+                command += ["--child", shape, str(requests)]
+                output = subprocess.run(
+                    command, cwd=root, env=env, check=True, capture_output=True, text=True
+                ).stdout
+                rounds = json.loads(output.strip().splitlines()[-1])["cpu_round_medians_us"]
+                cpu[(tree, shape)].append(statistics.median(rounds))
+                shown = " ".join(f"{value:.0f}" for value in rounds)
+                print(f"pass {number + 1} {tree:<9}{shape:<11} cpu {shown}")
+    costs: dict[str, list[float]] = {}
+    for tree in trees:
+        costs[tree] = [
+            on - off for on, off in zip(cpu[(tree, "reproit-on")], cpu[(tree, "otel")], strict=True)
+        ]
+        per_pass = " ".join(f"{value:+.0f}" for value in costs[tree])
+        print(
+            f"{tree}: reproit-on over otel, thread CPU: {statistics.median(costs[tree]):+.0f} µs"
+            f" (median of passes; per pass {per_pass})"
+        )
+    change = [mine - theirs for mine, theirs in zip(costs["this"], costs["baseline"], strict=True)]
+    print(
+        f"this minus baseline: {statistics.median(change):+.0f} µs"
+        f" (per pass {' '.join(f'{value:+.0f}' for value in change)})"
+    )
 
 
 def _report(results: dict[str, list[float]], column: str, label: str) -> None:

@@ -117,6 +117,18 @@ def test_capture_path_smoke() -> None:
     assert "reproit-on over otel, thread CPU:" in done.stdout
 
 
+def test_capture_path_against_a_baseline_smoke() -> None:
+    # This checkout as its own baseline: both trees' children run and each cost is reported,
+    # with the paired difference (no figure is asserted).
+    done = _benchmark("capture_path", "--baseline", str(ROOT), "--passes", "1", "--requests", "20")
+    lines = done.stdout.splitlines()
+    for tree in ("this", "baseline"):
+        for shape in ("otel", "reproit-on"):
+            assert any(line.split()[2:4] == [tree, shape] for line in lines), (tree, shape)
+        assert any(line.startswith(f"{tree}: reproit-on over otel, thread CPU:") for line in lines)
+    assert any(line.startswith("this minus baseline:") for line in lines)
+
+
 def test_capture_calls_smoke() -> None:
     # Calls per request by module, capture off and on: every hook of the healthy path shows
     # up, and capture on makes more calls than capture off (counts, not timings).
