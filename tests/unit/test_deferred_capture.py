@@ -8,7 +8,10 @@ how often a recorder's ``build()`` runs.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -174,7 +177,9 @@ class Sink:
 
 
 class Rig:
-    def __init__(self) -> None:
+    def __init__(self, *, with_sink: bool = True) -> None:
+        """``with_sink=False``: the uploader is the only sink (as in production), so a
+        failing capture is opened by the uploader, not by a sink on the request thread."""
         self.sink = Sink()
         self.uploader = Uploader(
             UploaderSettings(
@@ -185,13 +190,15 @@ class Rig:
             )
         )
         config = read_config({"REPROIT_SECRET_VALUES": "sk_live_1234"})
-        self.processor = ReproitSpanProcessor(config, [self.uploader, self.sink])
+        sinks: list[Any] = [self.uploader, self.sink] if with_sink else [self.uploader]
+        self.processor = ReproitSpanProcessor(config, sinks)
         self.provider = TracerProvider()
         self.provider.add_span_processor(self.processor)
         self.tracer = self.provider.get_tracer("tests.deferred")
         self.builds: list[str] = []
+        self.build_threads: set[int] = set()
 
-    def request(self, status: int, *, unrecordable: bool = False) -> BackendTrace:
+    def request(self, status: int, *, unrecordable: bool = False) -> BackendTrace | None:
         attributes = {"http.request.method": "GET", "url.path": "/x"}
         attributes_with_status: dict[str, Any] = {
             **attributes,
@@ -207,13 +214,14 @@ class Rig:
             recorder = recording.start_exchange("psycopg2")
             assert recorder is not None
             recorder.finish_deferred("read", self._build("read-1", unrecordable=unrecordable))
-        return self.sink.traces[-1]
+        return self.sink.traces[-1] if self.sink.traces else None
 
     def _build(
         self, name: str, *, unrecordable: bool
     ) -> Callable[[], tuple[str, str, dict[str, Any]]]:
         def build() -> tuple[str, str, dict[str, Any]]:
             self.builds.append(name)
+            self.build_threads.add(threading.get_ident())
             if unrecordable:
                 raise recording.Unrecordable("a value with no encoding")
             return "api", "GET /a?k=sk_live_1234", {"protocol": "http", "note": "sk_live_1234"}
@@ -229,8 +237,14 @@ def rig() -> Iterator[Rig]:
     made.uploader.close(0.1)
 
 
+def _request(rig: Rig, status: int, *, unrecordable: bool = False) -> BackendTrace:
+    trace = rig.request(status, unrecordable=unrecordable)
+    assert trace is not None
+    return trace
+
+
 def test_a_healthy_capture_builds_nothing_and_the_uploader_judges_it(rig: Rig) -> None:
-    trace = rig.request(200)
+    trace = _request(rig, 200)
     assert rig.builds == []
     assert rig.uploader.stats()["ineligible"] == {"not-a-failure": 1}
     assert rig.builds == []
@@ -244,7 +258,7 @@ def test_a_healthy_capture_builds_nothing_and_the_uploader_judges_it(rig: Rig) -
 
 
 def test_a_failing_capture_is_built_before_its_return_and_uploaded(rig: Rig) -> None:
-    trace = rig.request(503)
+    trace = _request(rig, 503)
     assert rig.builds == ["call-1", "read-1"]
     assert trace.deferred_count == 0
     events = trace.events
@@ -258,13 +272,76 @@ def test_a_failing_capture_is_built_before_its_return_and_uploaded(rig: Rig) -> 
 def test_an_unrecordable_exchange_found_at_the_finish_makes_effects_incomplete(
     rig: Rig,
 ) -> None:
-    trace = rig.request(500, unrecordable=True)
+    trace = _request(rig, 500, unrecordable=True)
     events = trace.events
     assert [event["kind"] for event in events] == ["start", "effect", "return"]
     assert events[-1]["effectsComplete"] is False
     assert rig.uploader.stats()["ineligible"] == {"effects-incomplete": 1}
     reasons = rig.processor.stats()["incomplete_reasons"]
     assert reasons == {"psycopg2: a value with no encoding": 1}
+
+
+@pytest.mark.parametrize("unrecordable", [False, True], ids=["recordable", "unrecordable"])
+def test_a_failing_capture_is_built_on_the_uploaders_thread(unrecordable: bool) -> None:
+    # The uploader as the only sink: the request's thread builds nothing; the uploader's
+    # thread opens the operation (builds, scrubs, finds the unrecordable exchange) and queues
+    # or refuses it, with what a sink reading on the request thread would have seen.
+    rig = Rig(with_sink=False)
+    try:
+        assert rig.request(500, unrecordable=unrecordable) is None
+        assert rig.builds == []
+        deadline = time.monotonic() + 10
+        while len(rig.builds) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)  # the uploader's thread looks every second
+        assert rig.builds == ["call-1", "read-1"]
+        assert threading.get_ident() not in rig.build_threads
+        stats = rig.uploader.stats()
+        if unrecordable:
+            assert stats["ineligible"] == {"effects-incomplete": 1}
+            assert rig.processor.stats()["incomplete_reasons"] == {
+                "psycopg2: a value with no encoding": 1
+            }
+            return
+        assert stats["captured_operations"] == 1
+        (queued,) = list(rig.uploader._queue)
+        events = queued["events"]
+        assert [event["kind"] for event in events] == ["start", "effect", "effect", "return"]
+        assert events[-1]["effectsComplete"] is True and events[-1]["status"] == 500
+        assert [e["key"] for e in events if e["kind"] == "effect"] == ["GET /a?k=$reproit"] * 2
+    finally:
+        rig.provider.shutdown()
+        rig.uploader.close(0.1)
+
+
+def test_stats_open_what_waits_so_their_counts_are_exact() -> None:
+    rig = Rig(with_sink=False)
+    try:
+        for _ in range(3):
+            rig.request(502)
+        rig.request(200)
+        # Asked at once, before the uploader's thread looked: stats() opens the three first.
+        stats = rig.uploader.stats()
+        assert stats["captured_operations"] == 3
+        assert stats["ineligible"] == {"not-a-failure": 1}
+        assert stats["queued"] == 3
+    finally:
+        rig.provider.shutdown()
+        rig.uploader.close(0.1)
+
+
+def test_failures_past_the_queue_limit_are_dropped_before_they_are_built() -> None:
+    rig = Rig(with_sink=False)
+    rig.uploader.settings = dataclasses.replace(rig.uploader.settings, queue_limit=2)
+    try:
+        for _ in range(5):
+            rig.request(500)
+        stats = rig.uploader.stats()
+        assert (stats["captured_operations"], stats["dropped_operations"]) == (5, 3)
+        assert stats["queued"] == 2
+        assert rig.builds == ["call-1", "read-1"] * 2  # only the two kept were built
+    finally:
+        rig.provider.shutdown()
+        rig.uploader.close(0.1)
 
 
 def test_a_healthy_request_and_its_operation_leave_no_reference_cycle(rig: Rig) -> None:
