@@ -661,32 +661,18 @@ class ReproitSpanProcessor(SpanProcessor):
 
     def _hand_off(self, operation: Operation) -> None:
         # Taken before the processor's lock: an operation's lock is never taken inside it.
-        started, recorded, lost, failed = operation.take_tally()
+        tally = operation.take_tally()
         with self._lock:
             stats = self._stats
-            # _add_locked(), inline: this runs for every request.
-            if started:
-                stats["exchanges_started"] += started
-            if recorded:
-                stats["exchanges_recorded"] += recorded
-            if lost:
-                stats["exchanges_lost"] += lost
-            if failed:
-                stats["exchanges_failed"] += failed
+            self._add_locked(tally)
             if operation.handed_off or operation.evicted:
                 return
             operation.handed_off = True
             # The request and its operation point at each other; let go of that cycle here
             # so both are freed without the cyclic garbage collector.
             operation.inbound = None
-            trace_id = operation.otel_trace_id
-            key = (trace_id, operation.root_span_id)
-            self._operations.pop(key, None)
-            # _drop_spans_locked(), inline: this runs for every request.
-            spans = self._spans
-            for span_id in list(operation.spans):
-                spans.pop((trace_id, span_id), None)
-            spans.pop(key, None)
+            self._operations.pop((operation.otel_trace_id, operation.root_span_id), None)
+            self._drop_spans_locked(operation)
             stats["operations_finished"] += 1
             if operation.reasons:
                 stats["incomplete_operations"] += 1
