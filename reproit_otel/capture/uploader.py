@@ -115,6 +115,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_EXIT_FLUSH_TIMEOUT_S",
     "HEAVY_QUEUE_LIMIT",
+    "OPEN_WAIT_S",
     "QUEUE_LIMIT",
     "SETTLE_INTERVAL_S",
     "USER_AGENT",
@@ -130,6 +131,9 @@ HEAVY_QUEUE_LIMIT = 4
 """Operations past the 256-event trace limit that may wait in the queue at once."""
 MIN_FLUSH_INTERVAL_MS = 100
 SETTLE_INTERVAL_S = 1.0
+OPEN_WAIT_S = 5.0
+"""How long :meth:`Uploader.stats` and :meth:`Uploader.flush` wait at most for failing
+operations the uploader's thread is opening (building their events)."""
 """How often the uploader thread looks for work finalizers handed over (``recording.py``)."""
 MAX_RETRY_LIMIT = 5
 DEFAULT_EXIT_FLUSH_TIMEOUT_S = 2.0
@@ -289,6 +293,7 @@ class Uploader(Sending):
         # Failing operations handed over unopened (submit_unopened): their traces are opened
         # and recorded by _open_unopened. Only append and popleft: no lock.
         self._unopened: collections.deque[Callable[[], _HasEvents]] = collections.deque()
+        self._opening = 0  # taken from _unopened and not recorded yet (under the condition)
         self._deadline: float | None = None
         self._flush_requested = False
         self._sending = False
@@ -357,20 +362,40 @@ class Uploader(Sending):
 
     def _open_unopened(self) -> None:
         """Open and record the failing operations handed over unopened, oldest first, on this
-        thread, holding no lock: building and redacting their events happens here."""
+        thread, holding no lock while it builds: building and redacting their events happens
+        here. Each one taken is counted in ``_opening`` until it is recorded, so a caller that
+        wants exact counts can wait for the ones another thread is opening
+        (:meth:`_wait_opened`)."""
         unopened = self._unopened
         for _ in range(len(unopened)):
+            with self._cond:
+                try:
+                    open_trace = unopened.popleft()
+                except IndexError:
+                    return
+                self._opening += 1
             try:
-                open_trace = unopened.popleft()
-            except IndexError:
-                return
-            try:
-                trace = open_trace()
+                self.record(open_trace())
             except Exception as exc:
                 absorb("uploader.open", exc)
-                continue
-            self.record(trace)
+            finally:
+                with self._cond:
+                    self._opening -= 1
+                    self._cond.notify_all()
             time.sleep(0)  # let the request threads in between two operations
+
+    def _settle_unopened(self, timeout: float = OPEN_WAIT_S) -> None:
+        """Open what waits on this thread, then wait (up to ``timeout``) for what another
+        thread is opening, so what follows sees every failure handed over so far."""
+        if self._unopened:
+            self._open_unopened()
+        limit = time.monotonic() + timeout
+        with self._cond:
+            while self._opening:
+                remaining = limit - time.monotonic()
+                if remaining <= 0:
+                    return
+                self._cond.wait(remaining)
 
     def note_healthy(self) -> None:
         """The span processor's call for a capture that finished healthy and whose trace was
@@ -461,8 +486,7 @@ class Uploader(Sending):
         False when ``timeout`` (seconds) passed first. Safe from any thread but the uploader's.
         """
         limit = None if timeout is None else time.monotonic() + timeout
-        if self._unopened:
-            self._open_unopened()
+        self._settle_unopened(OPEN_WAIT_S if timeout is None else min(timeout, OPEN_WAIT_S))
         with self._cond:
             if not self._queue and not self._sending:
                 return True
@@ -479,10 +503,9 @@ class Uploader(Sending):
     def stats(self) -> dict[str, Any]:
         """A copy of the counters (``ineligible`` maps each reason to its count).
 
-        Failing operations handed over unopened are opened and recorded first, so the
-        counters include them."""
-        if self._unopened:
-            self._open_unopened()
+        Failing operations handed over unopened are opened and recorded first (those the
+        uploader's thread is opening are waited for), so the counters include them."""
+        self._settle_unopened()
         with self._cond:
             copy = dict(self._stats)
             ineligible = copy["ineligible"] = dict(self._stats["ineligible"])
@@ -518,7 +541,9 @@ class Uploader(Sending):
             return
         self._exit_flushed = True
         with self._cond:
-            pending = bool(self._queue) or self._sending or bool(self._unopened)
+            pending = (
+                bool(self._queue) or self._sending or bool(self._unopened) or self._opening > 0
+            )
         if pending:
             self.flush(self.settings.exit_flush_timeout_s)
 

@@ -329,6 +329,34 @@ def test_stats_open_what_waits_so_their_counts_are_exact() -> None:
         rig.uploader.close(0.1)
 
 
+def test_stats_wait_for_the_failure_the_uploaders_thread_is_opening() -> None:
+    # The uploader's thread has taken the failure and is building it when stats() is asked:
+    # stats() waits for it rather than answering without it.
+    rig = Rig(with_sink=False)
+    building = threading.Event()
+
+    def slow_build() -> tuple[str, str, dict[str, Any]]:
+        building.set()
+        time.sleep(0.3)
+        return "api", "GET /slow", {"protocol": "http"}
+
+    try:
+        with rig.tracer.start_as_current_span(
+            "GET /x",
+            kind=SpanKind.SERVER,
+            attributes={"http.request.method": "GET", "url.path": "/x"},
+        ) as span:
+            recorder = recording.start_exchange("requests")
+            assert recorder is not None
+            recorder.finish_deferred("call", slow_build)
+            span.set_attribute("http.response.status_code", 500)
+        assert building.wait(10), "the uploader's thread never opened the failure"
+        assert rig.uploader.stats()["captured_operations"] == 1
+    finally:
+        rig.provider.shutdown()
+        rig.uploader.close(0.1)
+
+
 def test_failures_past_the_queue_limit_are_dropped_before_they_are_built() -> None:
     rig = Rig(with_sink=False)
     rig.uploader.settings = dataclasses.replace(rig.uploader.settings, queue_limit=2)
