@@ -245,6 +245,7 @@ class OperationSettings:
         "effects_never",
         "max_events",
         "max_spans",
+        "on_incomplete",
         "on_ready",
         "on_reason",
         "on_tally",
@@ -258,6 +259,7 @@ class OperationSettings:
         on_ready: Callable[[Operation], None],
         on_reason: Callable[[Operation, str], None],
         on_tally: Callable[[Operation], None] | None = None,
+        on_incomplete: Callable[[Operation], None] | None = None,
         effects_never: bool = False,
         max_spans: int = MAX_SPANS_PER_OPERATION,
         budget: int = 0,
@@ -267,13 +269,16 @@ class OperationSettings:
         """``secrets()`` gives the secret values to scrub (D8); ``on_ready(operation)`` hands
         a finished operation off, ``on_reason(operation, reason)`` counts and logs a reason
         of incompleteness, ``on_tally(operation)`` takes the exchange counters of an exchange
-        settled after the hand-off. ``effects_never``: ``REPROIT_EFFECTS_COMPLETE=never``.
+        settled after the hand-off, ``on_incomplete(operation)`` counts an operation found
+        incomplete only after the hand-off (a failure's exchange that could not be built on
+        the uploader's thread). ``effects_never``: ``REPROIT_EFFECTS_COMPLETE=never``.
         ``max_spans`` spans are tracked at most; ``budget`` is the capture budget in bytes (0:
         none); ``build`` and ``max_events`` go into a capture's trace."""
         self.secrets = secrets
         self.on_ready = on_ready
         self.on_reason = on_reason
         self.on_tally = on_tally
+        self.on_incomplete = on_incomplete
         self.effects_never = effects_never
         self.max_spans = max_spans
         self.budget = budget
@@ -490,10 +495,16 @@ class Operation:
             output = output_with_error(output, error)
         else:
             error = None
+        newly_incomplete = False
         with self._lock:
             if self._build_failures:
+                # Counted by the processor as incomplete if the hand-off already counted it
+                # complete (it did, unless another reason was there).
+                newly_incomplete = not self.reasons and self.handed_off
                 self._take_build_failures_locked()
                 complete = False
+        if newly_incomplete and self._settings.on_incomplete is not None:
+            self._settings.on_incomplete(self)
         return (output, status, success, complete, factory, stamp, wanted), error
 
     def _builder(self, build: DeferredExchange, library: str) -> Callable[[], Any]:

@@ -250,6 +250,7 @@ class ReproitSpanProcessor(SpanProcessor):
             on_ready=self._hand_off,
             on_reason=self._note_reason,
             on_tally=self._take_tally,
+            on_incomplete=self._count_incomplete,
             effects_never=never,
             max_spans=HEAVY_MAX_SPANS if heavy else MAX_SPANS_PER_OPERATION,
             budget=config.capture_budget if heavy else 0,
@@ -459,6 +460,12 @@ class ReproitSpanProcessor(SpanProcessor):
         if any(tally):
             with self._lock:
                 self._add_locked(tally)
+
+    def _count_incomplete(self, operation: Operation) -> None:
+        """``operation`` was found incomplete after its hand-off (building a failure's events
+        on the uploader's thread): count it as the hand-off would have."""
+        with self._lock:
+            self._stats["incomplete_operations"] += 1
 
     def _add_locked(self, tally: tuple[int, int, int, int]) -> None:
         stats = self._stats
