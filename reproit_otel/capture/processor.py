@@ -11,14 +11,16 @@
    16-hex ``replaySeed``) when capture is on (a sink is configured), else nothing happens.
    The operation name and input come from the WSGI/ASGI middleware (``inbound.py``), or from
    the span's attributes when no middleware ran;
-2. tracks every span started under that server span and receives the exchanges recorders
-   report through :mod:`reproit_otel.capture.recording`; they become ``effect`` events in completion
-   order (``operation.py`` says how ``effectsComplete`` is computed, D4). A span of a library
+2. tracks every span started under that server span and binds the exchanges recorders start
+   through :mod:`reproit_otel.capture.recording` to its operation, which settles them; they
+   become ``effect`` events in completion order (``operation.py`` says how
+   ``effectsComplete`` is computed, D4, and when a capture's events are built). A span of a library
    reproit-otel does not record (httpx, redis, ...) makes the operation incomplete; the reason
    (library, span name) is counted in :meth:`ReproitSpanProcessor.stats` and logged once;
 3. finishes the operation when the middleware sees the response start (or itself when the
    server span ends without middleware), and hands capture operations to the sinks
-   (:class:`OperationSink`, e.g. the uploader) once the server span has ended.
+   (:class:`OperationSink`, e.g. the uploader) once the server span has ended: a healthy
+   one only counted, a failing one unopened, for the uploader's thread to build.
    Scan-time operations are never captured: their events leave in the response header.
 
 It never raises into the application (every hook runs in :func:`reproit_otel._guard.guarded`),
