@@ -90,21 +90,17 @@ from reproit_otel.instrumentation._pg_statement import (
     _LATER,
     _MANY,
     _failed,
-    _fetchmany,
     _finish,
     _Pending,
     _raw_rows,
     _read_result,
-    _scroll,
     _settle,
     _Statement,
     _statement,
     build_row,
     error_response,
-    held_in_rows,
 )
 from reproit_otel.instrumentation._pg_values import encode_params
-from reproit_otel.wire.bounds import MAX_PG_ROWS
 from reproit_otel.wire.sql_redaction import redact_sql_values
 
 __all__ = [
@@ -255,25 +251,10 @@ class RecordingCursor(_ext.cursor):
         if statement is None or self.name is not None or connection.async_:
             self._reproit_after(recorder, statement)
             return result
-        # A client-side cursor (the usual case): _read_result, _settle and _held inlined,
-        # since every captured statement passes here.
+        # A client-side cursor (the usual case): _settle inlined, since every captured
+        # statement passes here.
         try:
-            description = self.description
-            held = 0
-            if description is not None:
-                factory = self.row_factory
-                self.row_factory = None
-                try:
-                    raw = _fetchmany(self, MAX_PG_ROWS + 1)
-                finally:
-                    self.row_factory = factory
-                if raw:
-                    _scroll(self, 0, "absolute")
-                    held = held_in_rows(raw)
-                statement.raw = raw
-            statement.command = self.statusmessage
-            statement.row_count = self.rowcount
-            statement.description = description
+            _read_result(self, statement)
             try:
                 setup = connection._reproit_setup
             except AttributeError:  # a connection this recorder did not make
@@ -283,7 +264,7 @@ class RecordingCursor(_ext.cursor):
             text = statement.text
             if text[:1] in _SETUP_HEADS and not plain_select(text):
                 self._reproit_learn(text, vars, statement, recorder.owner)
-            _finish(recorder, statement, held + len(text))
+            _finish(recorder, statement)
         except Exception as exc:
             recorder.fail(_INTERNAL)
             absorb("psycopg2.record", exc)
