@@ -392,8 +392,7 @@ class Operation:
     def trace(self) -> BackendTrace:
         """The operation's trace; a capture's is opened now if it was not yet (see "Lazy
         traces"). Never read it while holding the operation's lock."""
-        trace = self._trace
-        return trace if trace is not None else self._open()
+        return self.open_trace()
 
     def open_trace(self) -> BackendTrace:
         """:attr:`trace`, as a callable (a sink opens a failing capture on its own thread)."""
@@ -596,18 +595,11 @@ class Operation:
                     record.dependency = is_dependency_span(span)
                     if not record.dependency:
                         return
-                state = record.exchange
-                if state is ExchangeState.PENDING or state is ExchangeState.DONE:
-                    return  # covered (see _covered)
-                if state is not ExchangeState.FAILED and self._covered(record):
+                # Pending or done: covered; failed: the failure already gave its reason.
+                if record.exchange is not ExchangeState.NONE or self._covered(record):
                     return
-                if record.exchange is ExchangeState.FAILED:
-                    return  # the failure already gave its reason
                 reason = f"{record.library}: {record.name}"
-                if self._closed:
-                    self._late_locked(reason)
-                else:
-                    self._reason_locked(reason)
+                self._incomplete_locked(reason)
         finally:
             if self._unreported:
                 self._report()
@@ -917,10 +909,7 @@ class Operation:
                 self._failed += 1
                 if not self._settle(binding, ExchangeState.FAILED):
                     return
-                if self._closed:
-                    self._late_locked(reason)
-                else:
-                    self._reason_locked(reason)
+                self._incomplete_locked(reason)
         finally:
             if self._unreported:
                 self._report()
@@ -931,10 +920,7 @@ class Operation:
         """An unrecordable call happened in this operation."""
         try:
             with self._lock:
-                if self._closed:
-                    self._late_locked(reason)
-                else:
-                    self._reason_locked(reason)
+                self._incomplete_locked(reason)
         finally:
             if self._unreported:
                 self._report()
@@ -945,6 +931,13 @@ class Operation:
         if reason not in self.reasons and len(self.reasons) < MAX_INCOMPLETE_REASONS:
             self.reasons.append(reason)
             self._unreported.append(reason)
+
+    def _incomplete_locked(self, reason: str) -> None:
+        """``reason`` makes the effects incomplete, or, once the response started, late."""
+        if self._closed:
+            self._late_locked(reason)
+        else:
+            self._reason_locked(reason)
 
     def _late_locked(self, reason: str) -> None:
         if not self.late:

@@ -691,7 +691,7 @@ class ReproitSpanProcessor(SpanProcessor):
                 stats["late_effect_operations"] += 1
                 return
             stats["operations_submitted"] += 1
-        if operation._trace is None:  # not trace_opened (a property call less)
+        if not operation.trace_opened:
             # A capture whose trace was never opened. Healthy (no failure status, no oracle
             # marker): a sink that only takes failures hears of it without its trace being
             # opened. Failing: a sink that can opens it on its own thread, so its events are
