@@ -119,34 +119,34 @@ def _output_lines(result: CheckResult) -> list[str]:
     return lines
 
 
-def _recorded_line(result: CheckResult) -> str:
-    if result.recorded_exception is not None:
-        return describe_exception(result.recorded_exception)
-    return result.recorded_failure or "(no failure text recorded)"
-
-
 def _reproduced_message(
     result: CheckResult, capsule: Mapping[str, Any], shown_path: str, command: str
 ) -> str:
     from reproit_otel.cli.check_text import exception_lines
 
-    head = _recorded_line(result)
+    recorded = result.recorded_exception
+    if recorded is not None:
+        head = describe_exception(recorded)
+    else:
+        text = (result.recorded_failure or "").strip()
+        head = text.splitlines()[0] if text else "(no failure text recorded)"
     lines = [
         f"{result.operation} still fails as recorded: {head}",
         f"  request:  {_request_line(capsule)}",
-        f"  recorded: {result.recorded_failure or 'a failure'}, {head}",
     ]
+    if recorded is not None:
+        lines.append(f"  recorded: {result.recorded_failure or 'a failure'}, {head}")
     status = result.observed.get("status")
     if result.replayed_exception is not None:
-        replayed = describe_exception(result.replayed_exception)
-        lines.append(f"  replayed: HTTP {status}, {replayed}")
-    elif "failure" in result.observed:
-        lines.append(f"  replayed: the test failed: {result.observed.get('failure')}")
-    elif status is not None:
+        lines.append(f"  replayed: HTTP {status}, {describe_exception(result.replayed_exception)}")
+    elif status is not None and not is_ci_capsule(capsule):
         lines.append(f"  replayed: HTTP {status}")
     lines += [f"  capsule:  {shown_path}", f"  command:  {command}"]
     if result.replayed_exception is not None:
         lines += exception_lines(result.replayed_exception, "replayed exception")
+    elif is_ci_capsule(capsule) and result.recorded_failure:
+        lines.append("the recorded failure, as the replayed test failed again:")
+        lines += [f"  {line}" for line in result.recorded_failure.splitlines()]
     lines.append(
         "The test passes once the bug is fixed (every dependency served from the capsule)."
     )

@@ -175,14 +175,16 @@ def _write(args: argparse.Namespace) -> list[str]:
                 "name with --name, or leave out --refresh to make a new one"
             )
         old = capsule_path(folder, name)
-        if old.exists():
-            previous = load_check_target(old)
-            if is_ci_capsule(previous) != is_ci_capsule(capsule):
-                raise _Refused(
-                    f"{old} holds a {'CI' if is_ci_capsule(previous) else 'production'} capsule "
-                    f"({previous['operation']}); {target} is of the other kind "
-                    f"({capsule['operation']}): make a new regression instead"
-                )
+        try:
+            previous: dict[str, Any] | None = load_check_target(old)
+        except CapsuleError:
+            previous = None  # missing or unreadable: the refresh is what mends it
+        if previous is not None and is_ci_capsule(previous) != is_ci_capsule(capsule):
+            raise _Refused(
+                f"{old} holds a {'CI' if is_ci_capsule(previous) else 'production'} capsule "
+                f"({previous['operation']}); {target} is of the other kind "
+                f"({capsule['operation']}): make a new regression instead"
+            )
         old.write_text(capsule_file_text(capsule), encoding="utf-8")
         return [f"refreshed {old} from {target} (kept {module})"]
     settings = read_settings(folder.resolve())
