@@ -166,7 +166,8 @@ def _stale_message(result: CheckResult, shown_path: str, name: str, folder: str)
     if result.replayed_exception is not None:
         lines.append(f"  replayed:  {describe_exception(result.replayed_exception)}")
     lines += divergence_lines(result.divergences)
-    lines += _output_lines(result)
+    if result.verdict is not Verdict.DIVERGED:
+        lines += _output_lines(result)  # why the replay gave no answer: a boot error, say
     lines += [
         "The recording is stale: this test cannot tell whether the failure is fixed. Refresh it:",
         "capture the failure again (production: the new occurrence; CI: the failing test run "

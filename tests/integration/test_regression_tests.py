@@ -398,13 +398,31 @@ def test_a_query_added_before_the_failing_line_makes_the_test_stale(project: Pat
     )
     run = _pytest(project, "tests/regressions/test_post_orders_keyerror.py")
     assert run.exit_code == 1, run.stdout
-    assert "the recording no longer matches the code (diverged): " in run.stdout, run.stdout
-    assert "first divergence (" in run.stdout
-    assert "SELECT code FROM regression_currencies" in run.stdout
-    assert (
+    lines = [line[8:] for line in run.stdout.splitlines() if line.startswith("E       ")]
+    app = (project / "app.py").read_text(encoding="utf-8")
+    sent = '"text": "SELECT code FROM regression_currencies"'
+    assert lines == [
+        "reproit_otel.errors.RegressionFailed: the recording no longer matches the code "
+        "(diverged): the application made a call the capsule does not hold",
+        "  operation: POST /orders",
+        "  capsule:   tests/regressions/post_orders_keyerror.capsule.json",
+        f"  recorded:  KeyError: 'CHF'  (app.py:{_line_of(APP, RATE_BUG)} in create_order)",
+        "  replayed:  reproit_otel.errors.DivergedError: reproit: pg call diverged from the "
+        f"capture  (app.py:{_line_of(app, EXTRA_QUERY.splitlines(True)[1])} in price_of)",
+        "divergence 1: pg SELECT code FROM regression_currencies",
+        "first divergence (1 of 2 recorded exchanges served before it):",
+        f"  {'the application sent':<58}   the recording expected",
+        f"  {'-' * 58}   {'-' * 58}",
+        f"  {'{':<58} | (nothing of this kind left in the recording)",
+        f"    {sent:<56} |",
+        f"  {'}':<58} |",
+        "The recording is stale: this test cannot tell whether the failure is fixed. Refresh it:",
+        "capture the failure again (production: the new occurrence; CI: the failing test run "
+        "with REPROIT_CI_CAPTURE=1), then",
         "  reproit-otel regression NEW_CAPSULE --name post_orders_keyerror -o tests/regressions "
-        "--refresh"
-    ) in run.stdout
+        "--refresh",
+        "(or delete this regression if the failure can no longer happen).",
+    ], run.stdout
 
 
 def test_refresh_replaces_the_capsule_and_keeps_the_test(captured: Captured, project: Path) -> None:
