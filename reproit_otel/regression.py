@@ -182,10 +182,8 @@ def default_name(capsule: Mapping[str, Any]) -> str:
     operation = str(capsule.get("operation", ""))
     if operation.startswith(TEST_TRIGGER_PREFIX):
         test = operation.partition("#")[2] or operation[len(TEST_TRIGGER_PREFIX) :]
-        words = _slug(test)
-        while words.startswith("test_"):
-            words = words[len("test_") :]
-        return words or "ci_test"
+        words = re.sub(r"^(test_)+", "", _slug(test))
+        return "ci_test" if words in ("", "test") else words
     error = recorded_exception(capsule.get("events") or ())
     if error is not None:
         kind = short_type(str(error.get("type") or "")).rpartition(".")[2]
@@ -279,11 +277,21 @@ def _summary(capsule: Mapping[str, Any]) -> str:
     return f"{operation} failed"
 
 
+def _literal(text: str) -> str:
+    """``text`` as a Python string literal in the quotes ``ruff format`` prefers (double,
+    unless the text holds more double quotes than single ones)."""
+    literal = json.dumps(text)  # a valid Python literal: the same escapes
+    if text.count('"') <= text.count("'"):
+        return literal
+    body = literal[1:-1].replace('\\"', '"').replace("'", "\\'")
+    return f"'{body}'"
+
+
 def _call(command: str | None) -> str:
     """The ``assert_fixed`` call as ``ruff format`` lays it out for its line length."""
     if command is None:
         return "    assert_fixed(CAPSULE)\n"
-    literal = json.dumps(command)
+    literal = _literal(command)
     one_line = f"    assert_fixed(CAPSULE, command={literal})"
     if len(one_line) <= _LINE_LIMIT:
         return one_line + "\n"
