@@ -437,7 +437,11 @@ def test_refresh_replaces_the_capsule_and_keeps_the_test(captured: Captured, pro
         "another --name, or --refresh to replace the capsule of that regression\n"
     )
     (folder / "post_orders_keyerror.capsule.json").write_text("{}", encoding="utf-8")
-    done = _cli(project, "regression", "newer.json", "--name", "post_orders_keyerror", "--refresh")
+    done = _cli(
+        project,
+        *("regression", "newer.json", "-o", "tests/regressions"),
+        *("--name", "post_orders_keyerror", "--refresh"),
+    )
     assert (done.returncode, done.stdout) == (
         0,
         "refreshed tests/regressions/post_orders_keyerror.capsule.json from newer.json "
