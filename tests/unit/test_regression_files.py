@@ -237,3 +237,72 @@ def test_an_application_that_never_boots_is_a_stale_failure(tmp_path: Path) -> N
         "--refresh",
         "(or delete this regression if the failure can no longer happen).",
     ]
+
+
+def _regression(
+    cwd: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str
+) -> tuple[int, str, str]:
+    from reproit_otel.cli import main
+
+    monkeypatch.chdir(cwd)
+    code = main(["regression", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_where_the_command_goes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No pyproject.toml above: the module names its command, and says how to share it.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    capsule = _write_capsule(bare)
+    code, out, err = _regression(bare, capsys, monkeypatch, str(capsule), "--exec", "python a.py")
+    assert (code, err, out.splitlines()[2]) == (
+        0,
+        "",
+        "no pyproject.toml above the folder: the test names its command; put it once in a "
+        "[tool.reproit] table (exec = ...) to share it between regressions",
+    )
+    module = (bare / "tests" / "regressions" / "test_post_orders_keyerror.py").read_text("utf-8")
+    assert module.endswith('\n    assert_fixed(CAPSULE, command="python a.py")\n')
+
+    # A table without exec and no --exec: nothing is written.
+    (tmp_path / "p").mkdir()
+    folder = _project(tmp_path / "p", "[tool.reproit]\nboot-timeout = 5\n")
+    capsule = _write_capsule(folder.parent)
+    code, out, err = _regression(tmp_path / "p", capsys, monkeypatch, str(capsule))
+    assert (code, out) == (2, "")
+    assert err == (
+        "reproit-otel regression: give the command that boots the application on $PORT with "
+        '--exec "opentelemetry-instrument python app.py" (or set [tool.reproit] exec in '
+        f"{tmp_path / 'p' / 'pyproject.toml'})\n"
+    )
+    assert sorted(path.name for path in folder.iterdir()) == []
+
+    # A table holding another exec: this module names its own.
+    (tmp_path / "p" / "pyproject.toml").write_text(
+        '[tool.reproit]\nexec = "python other.py"\n', encoding="utf-8"
+    )
+    code, out, err = _regression(
+        tmp_path / "p", capsys, monkeypatch, str(capsule), "--exec", "python a.py"
+    )
+    assert (code, err, out.splitlines()[2]) == (
+        0,
+        "",
+        f"{tmp_path / 'p' / 'pyproject.toml'} [tool.reproit] holds another exec; this test "
+        "names its own command",
+    )
+    # The same exec as the table: not repeated.
+    code, out, err = _regression(
+        tmp_path / "p", capsys, monkeypatch, str(capsule), "--exec", "python other.py"
+    )
+    assert (code, out.splitlines()[0]) == (
+        0,
+        "wrote tests/regressions/test_post_orders_keyerror_2.py",
+    )
+    assert (
+        (folder / "test_post_orders_keyerror_2.py")
+        .read_text("utf-8")
+        .endswith("\n    assert_fixed(CAPSULE)\n")
+    )
