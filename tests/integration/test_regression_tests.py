@@ -7,7 +7,9 @@ turns each occurrence into a test of that project, and plain ``pytest`` runs of 
 (the database and the upstream stopped, nothing on ``PATH`` but the virtualenv) then fail
 naming the exception while the bug is there, pass once it is fixed (also under
 ``pytest -n 2``), and fail as stale once the code makes a call the recording does not hold. A
-capsule spooled by CI capture mode (``examples/ci``) becomes a regression the same way.
+capsule spooled by CI capture mode (``examples/ci``) becomes a regression the same way, and so
+does a failure of the Django ledger example under gunicorn (its PostgreSQL stopped before the
+regression runs).
 """
 
 from __future__ import annotations
@@ -512,3 +514,103 @@ def _pytest_env(folder: Path, **env: str) -> subprocess.CompletedProcess[str]:
         timeout=180,
         check=False,
     )
+
+
+LEDGER_BUG = "    average = total / len(overdue)\n"
+LEDGER_FIX = "    average = total / len(overdue) if overdue else Decimal(0)\n"
+LEDGER_BOOT = (
+    "DJANGO_SETTINGS_MODULE=ledger.settings "
+    "opentelemetry-instrument gunicorn --bind 127.0.0.1:$PORT ledger.wsgi"
+)
+
+
+def test_a_django_ledger_failure_becomes_a_regression(tmp_path: Path) -> None:
+    from tests.pgserver import ThrowawayPostgres
+
+    project = tmp_path / "ledger"
+    shutil.copytree(ROOT / "examples" / "django_ledger", project)
+    (project / "pyproject.toml").write_text('[project]\nname = "ledger"\n', encoding="utf-8")
+    postgres = ThrowawayPostgres()
+    postgres.start()
+    ingest = ServedIngest(f"sqlite:///{tmp_path / 'ingest.db'}", "--api-key", KEY)
+    try:
+        settings = {"DATABASE_URL": postgres.dsn, "DJANGO_SETTINGS_MODULE": "ledger.settings"}
+        migrated = subprocess.run(
+            [sys.executable, "manage.py", "migrate"],
+            cwd=project,
+            env=_env(**settings),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert migrated.returncode == 0, migrated.stderr
+        port = _free_port()
+        server = subprocess.Popen(
+            LEDGER_BOOT.replace("$PORT", str(port)),
+            shell=True,
+            cwd=project,
+            env=_env(
+                **settings,
+                OTEL_SERVICE_NAME="ledger",
+                OTEL_TRACES_EXPORTER="reproit",
+                OTEL_METRICS_EXPORTER="none",
+                OTEL_LOGS_EXPORTER="none",
+                REPROIT_ENDPOINT=f"{ingest.base_url}/v1/capture-batches",
+                REPROIT_API_KEY=KEY,
+                REPROIT_APP_ID="ledger",
+                REPROIT_FLUSH_INTERVAL_MS="100",
+            ),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            base = f"http://127.0.0.1:{port}"
+            for _ in range(600):
+                try:
+                    httpx.get(base, timeout=1)
+                    break
+                except httpx.TransportError:
+                    time.sleep(0.05)
+            customer = "5b8f3c1e-2f4a-4c2e-9d51-7a0e6b1c9f20"  # no overdue invoice
+            paid = httpx.post(f"{base}/customers/{customer}/payments", json={"amount": "20.00"})
+            assert paid.status_code == 500
+            headers = {"authorization": f"Bearer {KEY}"}
+            rows: list[dict[str, str]] = []
+            for _ in range(200):
+                rows = httpx.get(f"{ingest.base_url}/v1/occurrences", headers=headers).json()[
+                    "occurrences"
+                ]
+                if rows:
+                    break
+                time.sleep(0.1)
+        finally:
+            os.killpg(server.pid, 15)
+            server.wait(10)
+        [row] = rows
+        made = _cli(
+            project,
+            *("regression", row["id"], "--ingest", ingest.base_url, "--api-key", KEY),
+            *("--exec", LEDGER_BOOT),
+        )
+        assert made.returncode == 0, made.stderr
+    finally:
+        assert ingest.stop() == 0
+        postgres.stop()  # the regression runs below have no database at all
+
+    [module] = sorted((project / "tests" / "regressions").glob("test_*.py"))
+    run = _pytest(project)
+    assert run.exit_code == 1, run.stdout
+    line = _line_of((project / "payments" / "views.py").read_text(encoding="utf-8"), LEDGER_BUG)
+    assert (
+        f"POST /customers/{customer}/payments still fails as recorded: "
+        "decimal.InvalidOperation: [<class 'decimal.DivisionUndefined'>]  "
+        f"(payments/views.py:{line} in pay)"
+    ) in run.stdout, run.stdout
+    views = project / "payments" / "views.py"
+    views.write_text(
+        views.read_text(encoding="utf-8").replace(LEDGER_BUG, LEDGER_FIX), encoding="utf-8"
+    )
+    run = _pytest(project, str(module.relative_to(project)))
+    assert (run.exit_code, run.stdout.splitlines()[-1][:9]) == (0, "1 passed "), run.stdout
