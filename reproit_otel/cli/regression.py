@@ -141,7 +141,17 @@ def _module_command(
             "" if not text or text.endswith("\n\n") else "\n" if text.endswith("\n") else "\n\n"
         )
         settings.pyproject.write_text(text + separator + settings_table(command), encoding="utf-8")
-        return None, [f"stored the command in {settings.pyproject} [tool.reproit] exec"]
+        try:
+            stored = read_settings(settings.pyproject).exec
+        except ConfigurationError:
+            stored = None  # a `tool = {...}` inline table cannot take another table
+        if stored == command:
+            return None, [f"stored the command in {settings.pyproject} [tool.reproit] exec"]
+        settings.pyproject.write_text(text, encoding="utf-8")
+        return command, [
+            f"{settings.pyproject} cannot take a [tool.reproit] table appended (left as it "
+            "was): this test names its command"
+        ]
     if settings.pyproject is None:
         note = (
             "no pyproject.toml above the folder: the test names its command; put it once in a "

@@ -306,3 +306,25 @@ def test_where_the_command_goes(
         .read_text("utf-8")
         .endswith("\n    assert_fixed(CAPSULE)\n")
     )
+
+
+def test_a_pyproject_that_cannot_take_the_table_is_left_as_it_was(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = "tool = { ruff = { line-length = 100 } }\n"
+    (tmp_path / "pyproject.toml").write_text(original, encoding="utf-8")
+    capsule = _write_capsule(tmp_path)
+    code, out, err = _regression(
+        tmp_path, capsys, monkeypatch, str(capsule), "--exec", "python a.py"
+    )
+    assert (code, err, out.splitlines()[2]) == (
+        0,
+        "",
+        f"{tmp_path / 'pyproject.toml'} cannot take a [tool.reproit] table appended (left as it "
+        "was): this test names its command",
+    )
+    assert (tmp_path / "pyproject.toml").read_text(encoding="utf-8") == original
+    module = (tmp_path / "tests" / "regressions" / "test_post_orders_keyerror.py").read_text(
+        "utf-8"
+    )
+    assert module.endswith('\n    assert_fixed(CAPSULE, command="python a.py")\n')
