@@ -15,6 +15,7 @@ Wire core (pure, PROTOCOL section 10): :func:`canonical_json`, :func:`ordered_js
 Runtime: :func:`install` (wire the processor and recorders into a ``TracerProvider``),
 :func:`boundary` (record and replay any dependency call as an outcome), :func:`install_replay`
 and the replay instrumentors, the WSGI/ASGI middlewares and the :class:`Uploader`.
+Testing: :func:`assert_fixed` (a regression test made from a captured failure).
 ``docs/api.md`` lists every public name.
 """
 
@@ -42,6 +43,7 @@ _EXPORTS: dict[str, str] = {
     "PLACEHOLDER_KEY": "reproit_otel.wire.redaction",
     "Psycopg2ReplayInstrumentor": "reproit_otel.instrumentation.psycopg2",
     "RecordedPgError": "reproit_otel.errors",
+    "RegressionFailed": "reproit_otel.errors",
     "ReplayRNG": "reproit_otel.wire.rng",
     "ReplaySession": "reproit_otel.wire.replay",
     "ReproitASGIMiddleware": "reproit_otel.instrumentation.asgi",
@@ -60,6 +62,7 @@ _EXPORTS: dict[str, str] = {
     "TraceError": "reproit_otel.errors",
     "UNSET": "reproit_otel.wire._js",
     "Uploader": "reproit_otel.capture.uploader",
+    "assert_fixed": "reproit_otel.testing",
     "body_delta": "reproit_otel.wire.matching",
     "boundary": "reproit_otel.instrumentation.invoke",
     "bounded_body": "reproit_otel.wire.bounds",
@@ -121,6 +124,7 @@ __all__ = [
     "MissingFixtureError",
     "Psycopg2ReplayInstrumentor",
     "RecordedPgError",
+    "RegressionFailed",
     "ReplayRNG",
     "ReplaySession",
     "ReproitASGIMiddleware",
@@ -137,6 +141,7 @@ __all__ = [
     "TraceError",
     "Uploader",
     "__version__",
+    "assert_fixed",
     "body_delta",
     "boundary",
     "bounded_body",
@@ -216,6 +221,7 @@ if TYPE_CHECKING:  # pragma: no cover - static types of the lazily loaded names
         DivergedError,
         MissingFixtureError,
         RecordedPgError,
+        RegressionFailed,
         ReproitError,
         ToolCallError,
         TraceError,
@@ -239,6 +245,9 @@ if TYPE_CHECKING:  # pragma: no cover - static types of the lazily loaded names
         ReproitReplayInstrumentor,
         install_replay,
         uninstall_replay,
+    )
+    from reproit_otel.testing import (
+        assert_fixed,
     )
     from reproit_otel.wire._js import (
         UNSET,

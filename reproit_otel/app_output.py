@@ -54,14 +54,19 @@ class OutputPump:
     def _run(self) -> None:
         if self._stream is None:
             return
-        for raw in iter(self._stream.readline, b""):
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            self.lines.append(line)
-            if self._echo is not None and not line.startswith(_MARKER):
-                # Both pipes echo to one stream: a whole line at a time, never two mixed.
-                with _ECHO_LOCK:
-                    self._echo.write(line + "\n")
-                    self._echo.flush()
+        try:
+            for raw in iter(self._stream.readline, b""):
+                line = raw.decode("utf-8", "replace").rstrip("\n")
+                self.lines.append(line)
+                if self._echo is not None and not line.startswith(_MARKER):
+                    # Both pipes echo to one stream: a whole line at a time, never two mixed.
+                    with _ECHO_LOCK:
+                        self._echo.write(line + "\n")
+                        self._echo.flush()
+        finally:
+            # The pump is the pipe's only reader: closed at its end, not left to the garbage
+            # collector (a check run inside a test process would warn of the open file).
+            self._stream.close()
 
     def join(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for the pipe to close."""

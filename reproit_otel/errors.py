@@ -11,7 +11,9 @@
     │   └── MissingFixtureError  an invoke boundary call has no recorded outcome
     ├── ToolCallError            a recorded invoke-boundary failure, raised again in replay
     ├── RecordedPgError          a recorded database error, raised again in replay (.code)
-    └── ConfigurationError       a setting is present but unusable
+    ├── ConfigurationError       a setting is present but unusable
+    └── RegressionFailed         a regression test's failure came back, or its recording is
+                                 stale (also an AssertionError, so test runners report it)
 
 Every class says when it is raised; messages say what happened, what was expected and
 what to do next.
@@ -19,7 +21,7 @@ what to do next.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 TraceErrorCode = Literal["InvalidOperation", "AlreadyFinished", "TooManyEvents", "HeaderTooLarge"]
 
@@ -100,3 +102,17 @@ class RecordedPgError(ReproitError):
 
 class ConfigurationError(ReproitError):
     """Raised when a ``REPROIT_*`` setting is present but cannot be used."""
+
+
+class RegressionFailed(ReproitError, AssertionError):
+    """Raised by :func:`reproit_otel.testing.assert_fixed` when the test must fail.
+
+    ``stale`` is false when the recorded failure came back (*reproduced*), true when the
+    recording no longer matches the code (*diverged* or *inconclusive*); ``result`` is the
+    :class:`~reproit_otel.verdict.CheckResult` of the replay.
+    """
+
+    def __init__(self, message: str, *, result: Any, stale: bool) -> None:
+        super().__init__(message)
+        self.result = result
+        self.stale = stale

@@ -7,6 +7,7 @@
     reproit-otel show OCC [--json]
     reproit-otel pull OCC [-o FILE]        the occurrence's capsule
     reproit-otel check CAPSULE [--exec CMD]
+    reproit-otel regression CAPSULE [--exec CMD] [-o DIR] [--name NAME] [--refresh]
     reproit-otel doctor | demo             when installed with the package
 
 Each subcommand lives in its own module of this package exposing ``register(subparsers)``;
@@ -25,7 +26,7 @@ from reproit_otel._version import __version__
 
 __all__ = ["SUBCOMMAND_MODULES", "build_parser", "main"]
 
-SUBCOMMAND_MODULES = ("serve", "occurrences", "check", "doctor", "demo")
+SUBCOMMAND_MODULES = ("serve", "occurrences", "check", "regression", "doctor", "demo")
 """Modules of ``reproit_otel.cli`` that contribute subcommands, in help order."""
 
 

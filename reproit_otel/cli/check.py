@@ -103,11 +103,18 @@ def _looks_like_path(argument: str) -> bool:
     return any(mark in argument for mark in separators) or argument.lower().endswith(".json")
 
 
-def resolve_target(argument: str, *, ingest: str | None = None, api_key: str | None = None) -> Path:
+def resolve_target(
+    argument: str,
+    *,
+    ingest: str | None = None,
+    api_key: str | None = None,
+    command: str = "check",
+) -> Path:
     """The capsule file ``argument`` names: the file itself, or an occurrence's pulled capsule.
 
-    Raises :class:`~reproit_otel.errors.CapsuleError` (one line) when the argument is a
-    missing path or the occurrence cannot be pulled.
+    ``command`` is the subcommand named in the line announcing a pull. Raises
+    :class:`~reproit_otel.errors.CapsuleError` (one line) when the argument is a missing path
+    or the occurrence cannot be pulled.
     """
     path = Path(argument)
     if path.exists() or _looks_like_path(argument):
@@ -127,7 +134,7 @@ def resolve_target(argument: str, *, ingest: str | None = None, api_key: str | N
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(body)
     say(
-        f"reproit-otel check: pulled occurrence {shown(argument)} from {shown(client.base_url)}"
+        f"reproit-otel {command}: pulled occurrence {shown(argument)} from {shown(client.base_url)}"
         f" into {shown(target)}",
         file=sys.stderr,
     )

@@ -6,7 +6,7 @@ Read from the occurrence's latest capture batch (PROTOCOL 5.5), in this order:
   build, commit; the exception, its kinds and the timeline of the exchanges
   (``webfailure.py``);
 * how to replay it: ``reproit-otel pull`` then ``reproit-otel check --exec`` (copy button),
-  and the capsule download;
+  the capsule download, and ``reproit-otel regression`` to keep it fixed (copy button);
 * completeness: each capability the batch declares (a ``partial`` one with its ``detail``),
   and whether the service saw every effect (``effectsComplete``);
 * the input: the inbound request (query, headers, body) the trigger event carries;
@@ -44,7 +44,7 @@ from reproit_otel.ingest.weblist import short_commit, status_badge
 from reproit_otel.wire.exception import error_of_output, exception_kind
 from reproit_otel.wire.redaction import TEXT_PLACEHOLDER
 
-__all__ = ["BatchView", "occurrence_html", "replay_commands"]
+__all__ = ["BatchView", "occurrence_html", "regression_command", "replay_commands"]
 
 DEFAULT_EXEC = "<command that starts the service on $PORT>"
 MAX_OPEN_CHUNKS = 16
@@ -125,6 +125,15 @@ def replay_commands(
         f"--exec {shlex.quote(exec_command or DEFAULT_EXEC)}"
     )
     return lines, not given
+
+
+def regression_command(occurrence_id: str, exec_command: str | None) -> str:
+    """The line that turns the pulled capsule into a committed pytest regression test."""
+    capsule = f"{occurrence_id}.capsule.json"
+    return (
+        f"reproit-otel regression {shlex.quote(capsule)} "
+        f"--exec {shlex.quote(exec_command or DEFAULT_EXEC)}"
+    )
 
 
 def _dl(pairs: Sequence[tuple[str, str]], css: str = "meta") -> str:
@@ -478,7 +487,13 @@ def occurrence_html(
         f'{hint}<p><a class="download" id="capsule-link" href="/occurrences/{text(quoted)}'
         f'/capsule" download="{text(occurrence.id)}.capsule.json">Download the capsule</a>'
         f' <span class="muted">latest capture {text(view.batch_id)}, {text(view.observed_at)}'
-        f"{', ' + text(view.emitter) if view.emitter else ''}</span></p></section>"
+        f"{', ' + text(view.emitter) if view.emitter else ''}</span></p>"
+        "<p>Once it is fixed, keep it fixed: a pytest test, to commit with the fix, that fails "
+        "if the failure comes back.</p>"
+        '<div class="command"><pre id="regression-command">'
+        f"{text(regression_command(occurrence.id, exec_command))}</pre>"
+        '<button type="button" class="copy" data-copy="regression-command">Copy</button></div>'
+        "</section>"
     )
     effects = view.effects if capsule is None else capsule_effects(capsule)
     exchanges = exchanges_section(effects, _effect, page=page, whole=capsule is not None)

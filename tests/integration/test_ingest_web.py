@@ -306,6 +306,12 @@ def test_the_page_in_chromium(ingest: ServedIngest, browser: Any) -> None:
         page.click("button.copy")
         page.wait_for_selector("button.copy.done")
         assert page.evaluate("navigator.clipboard.readText()") == expected
+        # Beside it, the line that makes the pulled capsule a regression test.
+        regression = f"reproit-otel regression {capsule_file} --exec '{BOOT}'"
+        assert page.inner_text("#regression-command") == regression
+        page.click("button[data-copy=regression-command]")
+        page.wait_for_selector("button[data-copy=regression-command].done")
+        assert page.evaluate("navigator.clipboard.readText()") == regression
         page.screenshot(path=str(artifacts_dir() / "ingest-web-occurrence.png"), full_page=True)
 
         # The capsule download is the capsule the API serves.

@@ -278,6 +278,13 @@ def test_placeholders_identities_and_truncation_are_marked(store: Store) -> None
         "&#x27;&lt;command that starts the service on $PORT&gt;&#x27;"
     ) in page
     assert "Replace the <code>--exec</code> command" in page
+    # The regression command beside it, with its own copy button.
+    assert (
+        '<div class="command"><pre id="regression-command">'
+        f"reproit-otel regression {occurrence}.capsule.json --exec "
+        "&#x27;&lt;command that starts the service on $PORT&gt;&#x27;</pre>"
+        '<button type="button" class="copy" data-copy="regression-command">Copy</button></div>'
+    ) in page
 
 
 def test_facets_and_filters(store: Store) -> None:
@@ -325,7 +332,7 @@ def test_an_occurrence_seen_only_over_otlp(store: Store) -> None:
         )
         unknown = client.get("/occurrences/occ_nope", headers={"authorization": f"Bearer {KEY}"})
     assert "it carries no exchanges, so there is no capsule to replay" in page
-    assert "replay-command" not in page
+    assert ("replay-command" in page, "regression-command" in page) == (False, False)
     assert capsule.status_code == 404
     assert unknown.status_code == 404
 

@@ -66,10 +66,27 @@ STACKS = "tests/integration/test_sqlalchemy_stacks.py"
 DOCTOR_STACKS = "tests/integration/test_doctor_stacks.py"
 MYSITE = " (the test project ledger_site for mysite, a free port)"
 
+REGRESSION = "tests/integration/test_regression_tests.py::"
+REGRESSION_WRITES = REGRESSION + "test_regression_writes_the_test_the_capsule_and_the_command_once"
+REGRESSION_CI = REGRESSION + "test_a_ci_capsule_becomes_a_regression_too"
+
 EXAMPLE_DJANGO = "tests/integration/test_example_django.py::"
 EXAMPLE_DJANGO += "test_the_django_example_reproduces_then_is_fixed"
 
 RUN_BY: dict[str, str] = {
+    # docs/regression.md
+    "reproit-otel regression": REGRESSION_WRITES,
+    'reproit-otel regression occ_1f0c4e9a2b7d --exec "opentelemetry-instrument python app.py"': (
+        REGRESSION_WRITES + " (a served ingest's occurrence, with --ingest and --api-key)"
+    ),
+    "reproit-otel regression CAPSULE [--exec COMMAND] [-o DIR] [--name NAME] [--refresh]": (
+        REGRESSION + "test_refresh_replaces_the_capsule_and_keeps_the_test (each flag)"
+    ),
+    "reproit-otel regression .reproit/ci-spool/capsule-1f0c4e9a2b7d.json": REGRESSION_CI
+    + " (the capsule the example's failing test spooled)",
+    "python -m pytest": REGRESSION_CI + " (the default test-exec, with the running interpreter)",
+    "pytest -n auto": REGRESSION
+    + "test_the_tests_pass_once_fixed_also_in_parallel (-n 2: two regressions)",
     # examples/django_ledger/README.md
     "pip install 'reproit-otel[otel,requests,psycopg2,replay,serve]' django gunicorn": PIP,
     "reproit-otel serve --api-key dev-key --db sqlite:///ledger-ingest.db": EXAMPLE_DJANGO
