@@ -76,18 +76,16 @@ from reproit_otel.capture.recording import ExchangeRecorder, start_exchange
 from reproit_otel.errors import MissingFixtureError
 from reproit_otel.instrumentation._invoke_values import json_form, round_trip
 from reproit_otel.instrumentation.invoke import capsule_outcome, finish_outcome
+from reproit_otel.redaction.core import scrub_secret_values
 from reproit_otel.replay.session import active_session
+from reproit_otel.wire.batch import CREDENTIAL_TOOL
 from reproit_otel.wire.invoke import failure_response, success_response
-from reproit_otel.wire.redaction import scrub_secret_values
 from reproit_otel.wire.replay import ReplaySession
 from reproit_otel.wire.standins import materialize
 
-__all__ = ["CREDENTIAL_TOOL", "install_credentials", "installed_seams", "uninstall_credentials"]
+__all__ = ["install_credentials", "installed_seams", "uninstall_credentials"]
 
 _log = logging.getLogger("reproit_otel")
-
-CREDENTIAL_TOOL = "credential"
-"""The ``tool`` (and effect ``resource``) of every recorded credential check."""
 
 _ORIGINAL = "__reproit_credential_original__"
 
@@ -160,21 +158,30 @@ class _Seam:
     owner: str
     """The class holding the attribute, or ``""`` for a module attribute."""
     attribute: str
-    refusals: tuple[str, str]
-    """``(module, class)`` of the library's base exception: its subclasses are refusals."""
+    refusals: tuple[str, str] | None
+    """``(module, class)`` of the library's base exception: its subclasses are refusals
+    (None: the check answers yes or no and refuses nothing)."""
     input: Callable[[Args, Kwargs], dict[str, Any]]
     """The recorded input: the credential under ``credential``, plus what tells checks apart."""
     result: Callable[[Any], dict[str, Any]]
     served: Callable[[dict[str, Any], Args, Kwargs], Any]
 
 
-def _itsdangerous_input(args: Args, kwargs: Kwargs) -> dict[str, Any]:
-    serializer = args[0]
-    salt = _argument(args, kwargs, 2, "salt") if "return_timestamp" not in kwargs else None
-    salt = kwargs.get("salt", salt)
-    if salt is None:
-        salt = getattr(serializer, "salt", None)
-    return {"credential": _text(_argument(args, kwargs, 1, "s")), "salt": _text(salt)}
+def _salted(owner: Any, salt: Any) -> dict[str, Any]:
+    """The salt in force: it tells a session cookie from a CSRF token signed with one key."""
+    return {"salt": _text(salt if salt is not None else getattr(owner, "salt", None))}
+
+
+def _serializer_input(args: Args, kwargs: Kwargs) -> dict[str, Any]:
+    """``Serializer.loads(self, s, salt=None, **kwargs)``."""
+    credential = _text(_argument(args, kwargs, 1, "s"))
+    return {"credential": credential, **_salted(args[0], _argument(args, kwargs, 2, "salt"))}
+
+
+def _timed_serializer_input(args: Args, kwargs: Kwargs) -> dict[str, Any]:
+    """``TimedSerializer.loads(self, s, max_age=None, return_timestamp=False, salt=None)``."""
+    credential = _text(_argument(args, kwargs, 1, "s"))
+    return {"credential": credential, **_salted(args[0], _argument(args, kwargs, 4, "salt"))}
 
 
 def _itsdangerous_result(result: Any) -> dict[str, Any]:
@@ -207,15 +214,18 @@ def _payload_served(data: dict[str, Any], args: Args, kwargs: Kwargs) -> Any:
 
 
 def _signer_input(args: Args, kwargs: Kwargs) -> dict[str, Any]:
-    signer = args[0]
-    return {
-        "credential": _text(_argument(args, kwargs, 1, "signed_value")),
-        "salt": _text(getattr(signer, "salt", None)),
-    }
+    """``unsign(self, value, ...)``, ``unsign_object(self, signed_obj, ...)``."""
+    credential = (
+        args[1]
+        if len(args) > 1
+        else kwargs.get("signed_value", kwargs.get("value", kwargs.get("signed_obj")))
+    )
+    return {"credential": _text(credential), **_salted(args[0], None)}
 
 
 def _pair_input(args: Args, kwargs: Kwargs) -> dict[str, Any]:
-    return {"credential": [_text(args[0]) if args else None, _text(_argument(args, kwargs, 1, ""))]}
+    """``constant_time_compare(val1, val2)``, ``_does_token_match(token, secret)``."""
+    return {"credential": [_text(value) for value in (*args, *kwargs.values())]}
 
 
 def _jwt_input(args: Args, kwargs: Kwargs) -> dict[str, Any]:
@@ -260,7 +270,7 @@ SEAMS: tuple[_Seam, ...] = (
         "Serializer",
         "loads",
         _ITSDANGEROUS_BASE,
-        _itsdangerous_input,
+        _serializer_input,
         _itsdangerous_result,
         _itsdangerous_served,
     ),
@@ -270,7 +280,7 @@ SEAMS: tuple[_Seam, ...] = (
         "TimedSerializer",
         "loads",
         _ITSDANGEROUS_BASE,
-        _itsdangerous_input,
+        _timed_serializer_input,
         _itsdangerous_result,
         _itsdangerous_served,
     ),
@@ -279,7 +289,7 @@ SEAMS: tuple[_Seam, ...] = (
         "flask_login.login_manager",
         "",
         "decode_cookie",
-        ("builtins", "Exception"),
+        None,
         _decode_cookie_input,
         _decode_cookie_result,
         _payload_served,
@@ -319,7 +329,7 @@ SEAMS: tuple[_Seam, ...] = (
         "django.contrib.auth",
         "",
         "constant_time_compare",
-        ("builtins", "ArithmeticError"),  # never raised: a compare has no refusal
+        None,
         _pair_input,
         _verified,
         _served_verified,
@@ -329,7 +339,7 @@ SEAMS: tuple[_Seam, ...] = (
         "django.middleware.csrf",
         "",
         "_does_token_match",
-        ("builtins", "ArithmeticError"),
+        None,
         _pair_input,
         _verified,
         _served_verified,
@@ -366,6 +376,8 @@ _inside: contextvars.ContextVar[bool] = contextvars.ContextVar(
 
 
 def _refusal_base(seam: _Seam) -> type[BaseException] | None:
+    if seam.refusals is None:
+        return None
     try:
         base = getattr(importlib.import_module(seam.refusals[0]), seam.refusals[1])
     except (ImportError, AttributeError):
@@ -390,7 +402,7 @@ def _refusal_response(
     seam: _Seam, error: BaseException, input_value: dict[str, Any]
 ) -> dict[str, Any] | None:
     base = _refusal_base(seam)
-    if base is None or base in (Exception, ArithmeticError) or not isinstance(error, base):
+    if base is None or not isinstance(error, base):
         return None
     kind = type(error)
     parts = _credential_parts(input_value)
@@ -446,6 +458,7 @@ def _record(
     recorder: ExchangeRecorder,
     args: Args,
     kwargs: Kwargs,
+    *,
     result: Any = None,
     error: BaseException | None = None,
 ) -> None:
