@@ -19,7 +19,8 @@ Under capture each check inside an operation records a ``call`` effect with ``re
 
 The credential sits under the secret key ``credential``, so the pipeline's redaction turns it
 into a placeholder (with its keyed identity while one is set); the outcome is redacted by the
-usual rules (``csrf_token`` and the like become placeholders). A result that is a bare string
+usual rules (``csrf_token`` and the like become placeholders, and so does Django's session
+auth hash ``_auth_user_hash``, an HMAC of the password hash). A result that is a bare string
 (Flask-WTF's raw CSRF token, a Django signer's unsigned text) is carried inside the credential
 and is recorded as a secret too, ``{"token": ...}``; a structured result as ``{"payload":
 ...}``; a yes/no check as ``{"verified": bool}``. A refusal (``BadSignature``,
@@ -76,7 +77,7 @@ from reproit_otel.capture.recording import ExchangeRecorder, start_exchange
 from reproit_otel.errors import MissingFixtureError
 from reproit_otel.instrumentation._invoke_values import json_form, round_trip
 from reproit_otel.instrumentation.invoke import capsule_outcome, finish_outcome
-from reproit_otel.redaction.core import scrub_secret_values
+from reproit_otel.redaction.core import placeholder, scrub_secret_values
 from reproit_otel.replay.session import active_session
 from reproit_otel.wire.batch import CREDENTIAL_TOOL
 from reproit_otel.wire.invoke import failure_response, success_response
@@ -126,11 +127,22 @@ def _plain(value: Any) -> Any:
     return round_trip(data)
 
 
+_PAYLOAD_SECRETS = frozenset({"_auth_user_hash"})
+"""Payload keys that hold a secret under a name the key rules do not catch: Django's session
+auth hash (an HMAC of the password hash under ``SECRET_KEY``)."""
+
+
 def _secret_or_payload(result: Any) -> dict[str, Any]:
     """A bare string is part of the credential (a secret); anything else is a payload."""
     if isinstance(result, (str, bytes, bytearray)):
         return {"token": _text(result)}
-    return {"payload": _plain(result)}
+    payload = _plain(result)
+    if isinstance(payload, dict):
+        payload = {
+            key: placeholder(value) if key in _PAYLOAD_SECRETS else value
+            for key, value in payload.items()
+        }
+    return {"payload": payload}
 
 
 def _served_value(data: dict[str, Any]) -> Any:

@@ -360,11 +360,9 @@ def test_django_signing_records_the_payload_and_nested_checks_belong_to_it(
 ) -> None:
     from django.core import signing
 
-    signed = signing.dumps({"_auth_user_id": "3", "sessionid": "k" * 32}, salt="sessions")
-    assert signing.loads(signed, salt="sessions") == {
-        "_auth_user_id": "3",
-        "sessionid": "k" * 32,
-    }
+    session = {"_auth_user_id": "3", "_auth_user_hash": "f" * 64, "sessionid": "k" * 32}
+    signed = signing.dumps(session, salt="sessions")
+    assert signing.loads(signed, salt="sessions") == session
     [exchange] = pipeline.exchanges()
     assert _without_extras(exchange) == {
         "protocol": "invoke",
@@ -375,7 +373,13 @@ def test_django_signing_records_the_payload_and_nested_checks_belong_to_it(
         },
         "response": {
             "ok": True,
-            "data": {"payload": {"_auth_user_id": "3", "sessionid": _string_placeholder(32)}},
+            "data": {
+                "payload": {
+                    "_auth_user_id": "3",
+                    "_auth_user_hash": _string_placeholder(64),
+                    "sessionid": _string_placeholder(32),
+                }
+            },
         },
     }
     del pipeline.calls[:]
