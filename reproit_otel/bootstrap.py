@@ -75,6 +75,7 @@ from reproit_otel._stderr import ensure_visible
 from reproit_otel.capture.processor import DebugDumpSink, OperationSink, ReproitSpanProcessor
 from reproit_otel.capture.recording import register_secret_values
 from reproit_otel.config import ReproitConfig, load_config
+from reproit_otel.wire.standins import set_identity_key
 
 __all__ = [
     "RecordDroppedSampler",
@@ -207,6 +208,9 @@ def install(
                 )
                 return None
             processor = ReproitSpanProcessor(config, _sinks(config))
+            # Placeholders carry a keyed identity of the secret they replace; the key is
+            # this process's own and is never written anywhere (wire/standins.py).
+            set_identity_key(os.urandom(32))
             add(processor)
             _processors[provider] = processor
             _install_library_hooks()
@@ -224,6 +228,7 @@ def uninstall() -> None:
         for processor in list(_processors.values()):
             processor.shutdown()
         _processors.clear()
+        set_identity_key(None)
         if _patched:
             for module_name in _RECORDERS:
                 with guarded(f"bootstrap.uninstall[{module_name}]"):

@@ -59,6 +59,7 @@ __all__ = [
     "string_class",
     "text_placeholder",
     "text_standins",
+    "untagged",
 ]
 
 PLACEHOLDER_KEY: Final = "$reproit"
@@ -253,6 +254,13 @@ def text_standins(text: str) -> str:
     if PLACEHOLDER_KEY not in text:
         return text
     return TEXT_TOKEN.sub(_text_standin, text)
+
+
+def untagged(text: str) -> str:
+    """``text`` with every tagged text placeholder written as the bare ``$reproit``."""
+    if PLACEHOLDER_KEY not in text:
+        return text
+    return TEXT_TOKEN.sub(PLACEHOLDER_KEY, text)
 
 
 def _is_placeholder(value: Any) -> bool:
