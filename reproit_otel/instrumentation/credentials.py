@@ -37,6 +37,11 @@ raised again as the library's own exception class. A check the capsule does not 
 check. A check nested in another (``signing.loads`` inside ``unsign_object``) belongs to the
 outer one. Fixture mode (``REPROIT_TOOLS``) does not apply: test suites check for real.
 
+A check made before its request's operation began (Flask opens its signed session while it
+pushes the request context, before OpenTelemetry's ``before_request`` hook starts the server
+span) is recorded when the operation begins, as its first effect
+(:func:`~reproit_otel.capture.inbound.defer_until_operation`).
+
 These effects are not *data exchanges* for decision D5 (``wire/batch.py``): a failure whose
 only effects are credential checks still sends no batch. They bind to the current span and
 open none, so they neither add spans to the application's traces nor leave one uncovered.
@@ -70,9 +75,11 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from reproit_otel._guard import guarded
+from reproit_otel.capture.inbound import InboundRequest, current_inbound, defer_until_operation
 from reproit_otel.capture.recording import ExchangeRecorder, start_exchange
 from reproit_otel.errors import MissingFixtureError
 from reproit_otel.instrumentation._invoke_values import json_form, round_trip
@@ -465,32 +472,64 @@ def _serve(seam: _Seam, session: ReplaySession, args: Args, kwargs: Kwargs) -> A
     return seam.served(materialize(data), args, kwargs)
 
 
-def _record(
+Outcome = tuple[dict[str, Any], dict[str, Any]] | str
+"""``(input, response)`` of a finished check, or why it cannot be recorded."""
+
+
+def _outcome(
     seam: _Seam,
-    recorder: ExchangeRecorder,
     args: Args,
     kwargs: Kwargs,
     *,
     result: Any = None,
     error: BaseException | None = None,
-) -> None:
+) -> Outcome:
     input_value = seam.input(args, kwargs)
-    if error is None:
-        try:
-            response = success_response(seam.result(result))
-        except _NotRecordable as why:
-            recorder.fail(f"{CREDENTIAL_TOOL}.{seam.op}: {why}")
-            return
-    else:
+    if error is not None:
         refused = _refusal_response(seam, error, input_value)
         if refused is None:
-            recorder.fail(
-                f"{CREDENTIAL_TOOL}.{seam.op}: {type(error).__name__} is not a refusal of "
-                "the credential"
-            )
-            return
-        response = refused
+            return f"{type(error).__name__} is not a refusal of the credential"
+        return input_value, refused
+    try:
+        return input_value, success_response(seam.result(result))
+    except _NotRecordable as why:
+        return str(why)
+
+
+def _finish(seam: _Seam, recorder: ExchangeRecorder, outcome: Outcome) -> None:
+    if isinstance(outcome, str):
+        recorder.fail(f"{CREDENTIAL_TOOL}.{seam.op}: {outcome}")
+        return
+    input_value, response = outcome
     finish_outcome(recorder, CREDENTIAL_TOOL, seam.op, input_value, response)
+
+
+def _finish_later(seam: _Seam, outcome: Outcome) -> None:
+    """Record a check made before its request's operation began, now that it has."""
+    recorder = start_exchange(CREDENTIAL_TOOL)
+    if recorder is not None:
+        _finish(seam, recorder, outcome)
+
+
+def _settle(
+    seam: _Seam,
+    recorder: ExchangeRecorder | None,
+    inbound: InboundRequest | None,
+    outcome: Outcome,
+) -> None:
+    if recorder is not None:
+        _finish(seam, recorder, outcome)
+    elif inbound is not None:
+        defer_until_operation(inbound, partial(_finish_later, seam, outcome))
+
+
+def _early_request() -> InboundRequest | None:
+    """The current inbound request when its operation has not begun yet (Flask opens its
+    session before OpenTelemetry starts the server span)."""
+    with guarded("credentials.inbound"):
+        inbound = current_inbound()
+        return inbound if inbound is not None and inbound.operation is None else None
+    return None
 
 
 def _replay_session() -> ReplaySession | None:
@@ -516,7 +555,8 @@ def _through(seam: _Seam, original: Callable[..., Any], args: Args, kwargs: Kwar
         finally:
             _inside.reset(token)
     recorder = _recorder()
-    if recorder is None:
+    inbound = _early_request() if recorder is None else None
+    if recorder is None and inbound is None:
         return original(*args, **kwargs)
     token = _inside.set(True)
     try:
@@ -524,16 +564,17 @@ def _through(seam: _Seam, original: Callable[..., Any], args: Args, kwargs: Kwar
             result = original(*args, **kwargs)
         except BaseException as error:
             with guarded("credentials.record"):
-                _record(seam, recorder, args, kwargs, error=error)
+                _settle(seam, recorder, inbound, _outcome(seam, args, kwargs, error=error))
             raise
         with guarded("credentials.record"):
-            _record(seam, recorder, args, kwargs, result=result)
+            _settle(seam, recorder, inbound, _outcome(seam, args, kwargs, result=result))
         return result
     finally:
         _inside.reset(token)
-        with guarded("credentials.unfinished"):
-            if not recorder.done:
-                recorder.fail(f"{CREDENTIAL_TOOL}.{seam.op}: not recorded")
+        if recorder is not None:
+            with guarded("credentials.unfinished"):
+                if not recorder.done:
+                    recorder.fail(f"{CREDENTIAL_TOOL}.{seam.op}: not recorded")
 
 
 # -- patching ----------------------------------------------------------------------------------

@@ -92,16 +92,22 @@ def run_logged_in(
     stack: Stack,
     workdir: Path,
     scenario: Callable[[httpx.Client], Scenario],
+    production: Mapping[str, str],
 ) -> Iterator[LoggedInRun]:
-    """Capture the scenario's failures of ``stack``, then stop PostgreSQL."""
+    """Capture the scenario's failures of ``stack``, then stop PostgreSQL.
+
+    ``production`` is the environment only production has (its secret key): the application
+    is prepared and captured with it, and replayed without it.
+    """
     ingest = ServedIngest(f"sqlite:///{workdir / 'ingest.db'}", "--api-key", KEY)
     postgres = ThrowawayPostgres()
     try:
         postgres.start()
         base_env = {"DATABASE_URL": postgres.dsn, **stack.env}
-        stack.prepare(clean_environ(**base_env))
+        stack.prepare(clean_environ(**{**base_env, **production}))
         capture_env = {
             **base_env,
+            **production,
             "OTEL_SERVICE_NAME": stack.name,
             "OTEL_TRACES_EXPORTER": "reproit",
             "OTEL_METRICS_EXPORTER": "none",

@@ -37,7 +37,6 @@ from tests.integration.stack_support import Request, Stack, dumped
 
 APP = Path(__file__).resolve().parent / "apps" / "notes_flask"
 GUNICORN = str(Path(sys.executable).with_name("gunicorn"))
-REPLAY_KEY = "the-replaying-laptop-has-another-key"
 
 
 def init(env: Mapping[str, str]) -> None:
@@ -57,7 +56,7 @@ STACK = Stack(
     healthy=Request("GET", "/"),
     failing=lambda identifier, kind: Request("GET", "/"),
     prepare=init,
-    env={"NOTES_SECRET_KEY": SECRET_KEY},
+    env={"NOTES_SECRET_KEY": "the-replaying-laptop-has-another-key"},
 )
 
 
@@ -106,7 +105,9 @@ def sign_in_and_fail(client: httpx.Client) -> Scenario:
 
 @pytest.fixture(scope="module")
 def signed_in(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoggedInRun]:
-    with run_logged_in(STACK, tmp_path_factory.mktemp("notes-flask"), sign_in_and_fail) as run:
+    production = {"NOTES_SECRET_KEY": SECRET_KEY}
+    workdir = tmp_path_factory.mktemp("notes-flask")
+    with run_logged_in(STACK, workdir, sign_in_and_fail, production) as run:
         yield run
 
 
@@ -129,13 +130,13 @@ def test_no_password_cookie_or_csrf_token_reaches_the_ingest(signed_in: LoggedIn
 def test_the_replay_reproduces_the_failure_as_the_same_user(
     signed_in: LoggedInRun, kind: str
 ) -> None:
-    code, result = signed_in.run.check(kind, NOTES_SECRET_KEY=REPLAY_KEY)
+    code, result = signed_in.run.check(kind)
     assert (code, result["verdict"], result["divergences"]) == (1, "reproduced", []), dumped(result)
     assert result["observedResult"]["status"] == 500
 
 
 @pytest.mark.parametrize(("kind", "status"), [("form", 302), ("json", 201)])
 def test_the_fixed_code_replays_as_fixed(signed_in: LoggedInRun, kind: str, status: int) -> None:
-    code, result = signed_in.run.check(kind, NOTES_SECRET_KEY=REPLAY_KEY, NOTES_FIXED="1")
+    code, result = signed_in.run.check(kind, NOTES_FIXED="1")
     assert (code, result["verdict"]) == (0, "fixed"), dumped(result)
     assert result["observedResult"]["status"] == status
