@@ -60,16 +60,18 @@ class Scenario:
     """What a sign-in scenario did: the failing requests by name, the credentials it saw."""
 
     sent: dict[str, Sent] = field(default_factory=dict)
-    secrets: list[str] = field(default_factory=list)
+    secrets: dict[str, list[str]] = field(default_factory=dict)
 
-    def keep(self, *values: str | None) -> None:
-        self.secrets.extend(value for value in values if value)
+    def keep(self, kind: str, *values: str | None) -> None:
+        """Remember credentials of ``kind`` (``"session"``, ``"api token"``...)."""
+        self.secrets.setdefault(kind, []).extend(value for value in values if value)
 
 
 @dataclass
 class LoggedInRun:
     run: StackRun
-    secrets: list[str]
+    secrets: dict[str, list[str]]
+    """The credentials by kind, with the planted ``"password"`` and ``"secret key"``."""
 
 
 def secret_forms(secret: str) -> set[str]:
@@ -140,7 +142,7 @@ def run_logged_in(
         postgres.stop()
         assert not answers(postgres.port)
         run = StackRun(stack, ingest, workdir, base_env, captures)
-        yield LoggedInRun(run, [*done.secrets, PASSWORD, SECRET_KEY])
+        yield LoggedInRun(run, {**done.secrets, "password": [PASSWORD], "secret key": [SECRET_KEY]})
     finally:
         if postgres.data.exists():
             postgres.stop()
@@ -156,8 +158,9 @@ def hidden_field(page: str, name: str) -> str:
     return html.unescape(found.group(1))
 
 
-def assert_no_secret(logged_in: LoggedInRun) -> None:
-    """No planted or received credential, in any form, in any artifact of the ingest."""
+def assert_no_secret(logged_in: LoggedInRun, *kinds: str) -> None:
+    """No planted or received credential of ``kinds`` (default: all), in any form, in any
+    artifact of the ingest."""
     run = logged_in.run
     headers = {"authorization": f"Bearer {KEY}"}
     places: dict[str, str] = {}
@@ -171,15 +174,17 @@ def assert_no_secret(logged_in: LoggedInRun) -> None:
     places["list page"] = httpx.get(f"{run.ingest.base_url}/", headers=headers).text
     for path in sorted(run.workdir.glob("ingest.db*")):
         places[path.name] = path.read_bytes().decode("latin-1")
-    assert len([p for p in places if p.startswith("ingest.db")]) >= 1
+    assert any(p.startswith("ingest.db") for p in places), sorted(places)
     found = [
         (place, secret[:6] + "...")
-        for secret in logged_in.secrets
+        for kind, secrets in logged_in.secrets.items()
+        if not kinds or kind in kinds
+        for secret in secrets
         for form in secret_forms(secret)
         for place, text in places.items()
         if form in text
     ]
-    assert found == []
+    assert found == [], found
 
 
 def recorded_checks(capsule: Mapping[str, Any]) -> list[str]:

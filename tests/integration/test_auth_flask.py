@@ -99,7 +99,8 @@ def sign_in_and_fail(client: httpx.Client) -> Scenario:
             headers={"X-CSRFToken": meta.group(1)},
         ),
     )
-    done.keep(login_token, form_token, meta.group(1), cookie, session_csrf_token(cookie))
+    done.keep("csrf", login_token, form_token, meta.group(1), session_csrf_token(cookie))
+    done.keep("session cookie", cookie)
     return done
 
 
