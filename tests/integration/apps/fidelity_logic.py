@@ -44,9 +44,7 @@ def prepare(dsn: str) -> None:
             "name text)"
         )
         cursor.execute("INSERT INTO api_keys VALUES (%s, %s)", (PLANTED_KEY, "ada"))
-        cursor.execute(
-            "INSERT INTO accounts VALUES (%s, %s, %s)", (TAKEN_EMAIL, "x", "Ada")
-        )
+        cursor.execute("INSERT INTO accounts VALUES (%s, %s, %s)", (TAKEN_EMAIL, "x", "Ada"))
 
 
 def read_body(case: str, data: bytes) -> tuple[int, dict[str, Any]]:
