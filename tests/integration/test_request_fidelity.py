@@ -206,7 +206,7 @@ STACKS = {
 
 
 def sent_for(name: str) -> dict[str, Sent]:
-    bodies = {case: sent for case, sent in BODIES.items()}
+    bodies = dict(BODIES)
     if name == "django":
         del bodies["chunked"]  # Django reads no chunked request body (it needs a length)
     if name == "flask":

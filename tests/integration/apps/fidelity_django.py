@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.wsgi import get_wsgi_application
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path
 from fidelity_logic import read_body
@@ -33,4 +32,13 @@ def body(request: HttpRequest, case: str) -> Any:
 
 urlpatterns = [path("", health), path("body/<str:case>", body)]
 
-application = get_wsgi_application()
+
+
+def __getattr__(name: str) -> Any:
+    # The WSGI application is made when gunicorn asks for it: this module is the settings
+    # module too, and OpenTelemetry's Django instrumentation reads the settings first.
+    if name == "application":
+        from django.core.wsgi import get_wsgi_application
+
+        return get_wsgi_application()
+    raise AttributeError(name)

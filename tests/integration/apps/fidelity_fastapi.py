@@ -1,4 +1,7 @@
-"""The request-fidelity app on FastAPI (``fidelity_logic.py``), for uvicorn: ``fidelity_fastapi:app``."""
+"""The request-fidelity app on FastAPI (``fidelity_logic.py``), for uvicorn.
+
+Served as ``uvicorn fidelity_fastapi:app``.
+"""
 
 from __future__ import annotations
 

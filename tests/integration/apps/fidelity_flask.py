@@ -1,4 +1,7 @@
-"""The request-fidelity app on Flask (``fidelity_logic.py``), for gunicorn: ``fidelity_flask:app``."""
+"""The request-fidelity app on Flask (``fidelity_logic.py``), for gunicorn.
+
+Served as ``gunicorn fidelity_flask:app``.
+"""
 
 from __future__ import annotations
 
