@@ -416,6 +416,7 @@ def _run_hermetic_check(
     command: str,
     echo: TextIO | None,
     boot_timeout: float,
+    *,
     overrides: RequestOverrides | None = None,
 ) -> CheckResult:
     operation = str(capsule["operation"])
@@ -557,4 +558,6 @@ def check_capsule(
             f"{capsule_path} records no dependency exchange, so a hermetic replay has nothing "
             "to serve; run `reproit-otel check` without --exec for the offline verdict"
         )
-    return _run_hermetic_check(capsule, capsule_path, command, echo, boot_timeout, overrides)
+    return _run_hermetic_check(
+        capsule, capsule_path, command, echo, boot_timeout, overrides=overrides
+    )

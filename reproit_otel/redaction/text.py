@@ -1,7 +1,8 @@
 """Redaction of free text: messages that name secrets in prose (decision D8).
 
 :func:`scrub_message` is applied to exception messages: configured secret values are
-replaced, and so is the value of every secret-named ``name=value`` pair.
+replaced, and so is the value of every secret-named ``name=value`` pair and of a database
+``Key (column)=(value)`` detail naming a secret column.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import re
 from collections.abc import Iterable
 
 from reproit_otel.redaction.core import TEXT_PLACEHOLDER, is_secret_key, scrub_secret_values
+from reproit_otel.redaction.sql import scrub_echoes
 
 __all__ = ["scrub_message"]
 
@@ -26,4 +28,9 @@ def scrub_message(text: str, secrets: Iterable[str]) -> str:
             return match.group(0)
         return f"{match.group('name')}={TEXT_PLACEHOLDER}"
 
-    return _PAIR.sub(replace, text) if "=" in text else text
+    if "=" not in text:
+        return text
+    # A database error re-raised by the application echoes the key it refused
+    # ("Key (email)=(ada@example.org) already exists"): a secret column's value goes.
+    text = scrub_echoes(text, ())
+    return _PAIR.sub(replace, text)

@@ -74,6 +74,7 @@ STRING_CLASSES: Final[tuple[str, ...]] = (
     "digits",
     "hex",
     "alnum",
+    "base64",
     "token",
     "text",
 )
@@ -89,12 +90,14 @@ _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}
 _DIGITS = re.compile(r"[0-9]+")
 _HEX = re.compile(r"[0-9a-f]+")
 _ALNUM = re.compile(r"[A-Za-z0-9]+")
+_BASE64 = re.compile(r"[A-Za-z0-9+/=]+")
 _TOKEN = re.compile(r"[A-Za-z0-9._~+/=-]+")
 
 _ALPHABETS: Final[dict[str, str]] = {
     "digits": "0123456789",
     "hex": "0123456789abcdef",
     "alnum": "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
+    "base64": "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
     "token": "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_",
     "text": "abcdefghijklmnopqrstuvwxyz",
     "lower": "abcdefghijklmnopqrstuvwxyz",
@@ -131,8 +134,10 @@ def string_class(text: str) -> str:
     """The most specific of :data:`STRING_CLASSES` that describes every character of ``text``.
 
     ``email`` (``local@domain.tld``), ``uuid``, ``digits`` (ASCII), ``hex`` (lowercase),
-    ``alnum`` (ASCII letters and digits), ``token`` (those plus ``. _ ~ + / = -``: base64,
-    JWTs, URL-safe keys) and ``text`` for anything else (and the empty string).
+    ``alnum`` (ASCII letters and digits), ``base64`` (those plus ``+ / =``), ``token`` (those
+    plus ``. _ ~ -``: JWTs, URL-safe keys) and ``text`` for anything else (and the empty
+    string). The stand-in of a ``base64`` string uses letters, digits, ``+`` and ``/``; of a
+    ``token``, letters, digits, ``-`` and ``_``.
     """
     if not text:
         return "text"
@@ -140,7 +145,12 @@ def string_class(text: str) -> str:
         return "email"
     if _UUID.fullmatch(text):
         return "uuid"
-    for name, pattern in (("digits", _DIGITS), ("hex", _HEX), ("alnum", _ALNUM)):
+    for name, pattern in (
+        ("digits", _DIGITS),
+        ("hex", _HEX),
+        ("alnum", _ALNUM),
+        ("base64", _BASE64),
+    ):
         if pattern.fullmatch(text):
             return name
     return "token" if _TOKEN.fullmatch(text) else "text"

@@ -47,6 +47,7 @@ def _body(value: str) -> dict[str, Any]:
         ("deadbeef00", "hex", r"[0-9a-f]{10}"),
         ("Hunter2", "alnum", r"[A-Za-z0-9]{7}"),
         ("eyJhbGciOi.eyJzdWIi.c2ln-_", "token", r"[A-Za-z0-9_-]{26}"),
+        ("Zk9+q/Wm=", "base64", r"[A-Za-z0-9+/]{9}"),
         (
             "123e4567-e89b-12d3-a456-426614174000",
             "uuid",
@@ -155,6 +156,7 @@ _WITHIN = {
     "digits": r"[0-9]+",
     "hex": r"[0-9a-f]+",
     "alnum": r"[A-Za-z0-9]+",
+    "base64": r"[A-Za-z0-9+/]+",
     "token": r"[A-Za-z0-9_-]+",
     "text": r"[a-z]+",
 }
