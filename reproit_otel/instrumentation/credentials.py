@@ -71,8 +71,8 @@ from __future__ import annotations
 import contextvars
 import datetime as _dt
 import importlib
-import logging
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -92,8 +92,6 @@ from reproit_otel.wire.replay import ReplaySession
 from reproit_otel.wire.standins import materialize
 
 __all__ = ["install_credentials", "installed_seams", "uninstall_credentials"]
-
-_log = logging.getLogger("reproit_otel")
 
 _ORIGINAL = "__reproit_credential_original__"
 
@@ -439,12 +437,10 @@ def _raise_refusal(seam: _Seam, error: dict[str, Any]) -> None:
     kind: type[BaseException] | None = None
     if base is not None and isinstance(code, str) and ":" in code:
         module_name, _, qualname = code.partition(":")
-        try:
-            found: Any = importlib.import_module(module_name)
-            for name in qualname.split("."):
-                found = getattr(found, name)
-        except (ImportError, AttributeError):
-            found = None
+        # Only a module this process has imported already: a capsule names no import.
+        found: Any = sys.modules.get(module_name)
+        for name in qualname.split("."):
+            found = getattr(found, name, None)
         if isinstance(found, type) and issubclass(found, base):
             kind = found
     if kind is None:
@@ -498,7 +494,7 @@ def _outcome(
 
 def _finish(seam: _Seam, recorder: ExchangeRecorder, outcome: Outcome) -> None:
     if isinstance(outcome, str):
-        recorder.fail(f"{CREDENTIAL_TOOL}.{seam.op}: {outcome}")
+        recorder.fail(f"{seam.op}: {outcome}")
         return
     input_value, response = outcome
     finish_outcome(recorder, CREDENTIAL_TOOL, seam.op, input_value, response)
@@ -574,7 +570,7 @@ def _through(seam: _Seam, original: Callable[..., Any], args: Args, kwargs: Kwar
         if recorder is not None:
             with guarded("credentials.unfinished"):
                 if not recorder.done:
-                    recorder.fail(f"{CREDENTIAL_TOOL}.{seam.op}: not recorded")
+                    recorder.fail(f"{seam.op}: not recorded")
 
 
 # -- patching ----------------------------------------------------------------------------------

@@ -522,3 +522,55 @@ def test_a_failure_whose_only_effects_are_credential_checks_sends_no_batch() -> 
     assert capture_eligibility(_failure(check)) == (False, "no-exchanges")
     assert capture_eligibility(_failure(check, data)) == (True, None)
     assert re.fullmatch(r"[0-9a-f]{16}", _failure()[0]["replaySeed"])
+
+
+# -- never changing what the application sees --------------------------------------------------
+
+
+class Opaque:
+    """A payload a custom serializer may return: it has no JSON form."""
+
+
+class OpaqueSerializer:
+    @staticmethod
+    def loads(data: bytes) -> Opaque:
+        return Opaque()
+
+    @staticmethod
+    def dumps(value: Any) -> str:
+        return "{}"
+
+
+def test_a_result_with_no_json_form_is_returned_as_it_is_and_the_capture_is_incomplete(
+    pipeline: ListPipeline,
+) -> None:
+    serializer = itsdangerous.Serializer("key", salt="s", serializer=OpaqueSerializer)
+    result = serializer.loads(serializer.dumps({}))
+    assert type(result) is Opaque
+    assert pipeline.calls == [
+        ("fail", "credential: itsdangerous.loads: the result holds a Opaque with no JSON form")
+    ]
+
+
+def test_a_refusal_naming_a_class_outside_the_library_is_not_raised(
+    patched: list[str], replay: Any
+) -> None:
+    refusal = {
+        "protocol": "invoke",
+        "request": {
+            "tool": "credential",
+            "op": "itsdangerous.loads",
+            "input": {"credential": _string_placeholder(3), "salt": "s"},
+        },
+        "response": {
+            "ok": False,
+            "error": {"code": "builtins:SystemExit", "status": None, "message": "bye"},
+        },
+    }
+    replay([refusal])
+    with pytest.raises(MissingFixtureError) as refused:
+        itsdangerous.URLSafeSerializer("key", salt="s").loads("abc")
+    assert str(refused.value) == (
+        "reproit: credential check itsdangerous.loads recorded a refusal (builtins:SystemExit) "
+        "this process cannot raise"
+    )
