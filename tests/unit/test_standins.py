@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reproit_otel.wire import standins
+from reproit_otel.wire.matching import matches
 from reproit_otel.wire.standins import (
     identity,
     materialize,
@@ -179,3 +180,13 @@ def test_every_string_secret_gets_a_stand_in_of_its_length_and_class(
         {"v": {"$reproit": {"redacted": True, "type": "string", "length": len(secret), **fields}}}
     ) == {"v": made}
     assert text_standins(tagged) == made
+
+
+def test_the_matcher_compares_tagged_text_placeholders_without_their_tags() -> None:
+    """Replay redacts the live call to the bare ``$reproit``; the recording carries a tag."""
+    set_identity_key(KEY)
+    recorded = "user=ada&password=" + text_placeholder("hunter22")
+    set_identity_key(None)
+    assert matches({"body": recorded}, {"body": "user=ada&password=$reproit"})
+    assert not matches({"body": recorded}, {"body": "user=bob&password=$reproit"})
+    assert not matches({"body": "user=ada"}, {"body": "user=ada&password=$reproit"})

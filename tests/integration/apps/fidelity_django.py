@@ -33,7 +33,6 @@ def body(request: HttpRequest, case: str) -> Any:
 urlpatterns = [path("", health), path("body/<str:case>", body)]
 
 
-
 def __getattr__(name: str) -> Any:
     # The WSGI application is made when gunicorn asks for it: this module is the settings
     # module too, and OpenTelemetry's Django instrumentation reads the settings first.
