@@ -33,7 +33,7 @@ from tests.integration.auth_stacks import (
     recorded_checks,
     run_logged_in,
 )
-from tests.integration.stack_support import Request, Stack, dumped
+from tests.integration.stack_support import Request, Stack, dumped, exchanges
 
 APP = Path(__file__).resolve().parent / "apps" / "notes_flask"
 GUNICORN = str(Path(sys.executable).with_name("gunicorn"))
@@ -121,6 +121,18 @@ def test_the_signed_in_failure_is_captured_with_its_credential_checks(
     assert capture.capsule["events"][-1]["status"] == 500
     # Flask's session cookie, then Flask-WTF's token: both checked by itsdangerous.
     assert recorded_checks(capture.capsule) == ["itsdangerous.loads", "itsdangerous.loads"]
+    session, token = [e for e in exchanges(capture.capsule) if e["protocol"] == "invoke"]
+    assert [session["request"]["input"]["salt"], token["request"]["input"]["salt"]] == [
+        "cookie-session",
+        "wtf-csrf-token",
+    ]
+    # The raw CSRF token kept in the session and the one the form's token carries are one
+    # secret: one identity, so replay gives both the same stand-in and the comparison passes.
+    kept = session["response"]["data"]["payload"]["csrf_token"]["$reproit"]
+    carried = token["response"]["data"]["token"]["$reproit"]
+    assert (kept["type"], kept["length"], kept["class"]) == ("string", 40, "hex")
+    assert re.fullmatch(r"[0-9a-f]{24}", kept["id"])
+    assert carried == kept
 
 
 def test_no_password_cookie_or_csrf_token_reaches_the_ingest(signed_in: LoggedInRun) -> None:
