@@ -4,7 +4,8 @@ The libraries run for real (itsdangerous, Flask's session, Flask-Login, Flask-WT
 signing and CSRF check, PyJWT); an in-memory pipeline stands in for the span processor so each
 recorded exchange can be asserted whole, and the capsule side uses the real
 :class:`~reproit_otel.wire.replay.ReplaySession`. The end-to-end runs under
-``opentelemetry-instrument`` are in ``tests/integration/test_authentication_stacks.py``.
+``opentelemetry-instrument`` are ``tests/integration/test_auth_flask.py``, ``test_auth_django.py``
+and ``test_auth_fastapi.py``.
 """
 
 from __future__ import annotations
