@@ -34,8 +34,10 @@ What :func:`install` does (once per provider; a second call returns the same pro
    uploader as its sink when capture is configured (``REPROIT_ENDPOINT``, ``REPROIT_API_KEY``,
    ``REPROIT_APP_ID``) and the debug dump when ``REPROIT_DEBUG_DUMP`` is set;
 4. installs the recorders (``requests``, ``psycopg2``) whose library is importable, the
-   SQLAlchemy hook (``instrumentation/sqlalchemy.py``), and the inbound middleware patches
-   for Flask, Starlette/FastAPI and Django (WSGI and ASGI).
+   SQLAlchemy hook (``instrumentation/sqlalchemy.py``), the inbound middleware patches
+   for Flask, Starlette/FastAPI and Django (WSGI and ASGI), and the credential checks
+   (``instrumentation/credentials.py``: signed sessions, CSRF tokens, JWTs) whose library is
+   importable.
 
 Our own traffic is never recorded: recorders ignore calls made under OpenTelemetry's
 ``suppress_instrumentation``, which the uploader sets.
@@ -73,6 +75,7 @@ from reproit_otel._stderr import ensure_visible
 from reproit_otel.capture.processor import DebugDumpSink, OperationSink, ReproitSpanProcessor
 from reproit_otel.capture.recording import register_secret_values
 from reproit_otel.config import ReproitConfig, load_config
+from reproit_otel.wire.standins import set_identity_key
 
 __all__ = [
     "RecordDroppedSampler",
@@ -137,6 +140,8 @@ def _install_library_hooks() -> None:
         asgi.install_starlette()
     with guarded("bootstrap.django"):
         django.install_django()
+    with guarded("bootstrap.credentials"):
+        importlib.import_module("reproit_otel.instrumentation.credentials").install_credentials()
     _install_error_hooks()
 
 
@@ -203,6 +208,9 @@ def install(
                 )
                 return None
             processor = ReproitSpanProcessor(config, _sinks(config))
+            # Placeholders carry a keyed identity of the secret they replace; the key is
+            # this process's own and is never written anywhere (wire/standins.py).
+            set_identity_key(os.urandom(32))
             add(processor)
             _processors[provider] = processor
             _install_library_hooks()
@@ -220,6 +228,7 @@ def uninstall() -> None:
         for processor in list(_processors.values()):
             processor.shutdown()
         _processors.clear()
+        set_identity_key(None)
         if _patched:
             for module_name in _RECORDERS:
                 with guarded(f"bootstrap.uninstall[{module_name}]"):
@@ -233,6 +242,9 @@ def uninstall() -> None:
             wsgi.uninstall_flask()
             asgi.uninstall_starlette()
             django.uninstall_django()
+            with guarded("bootstrap.uninstall[credentials]"):
+                credentials = importlib.import_module("reproit_otel.instrumentation.credentials")
+                credentials.uninstall_credentials()
             _patched = False
         importlib.import_module("reproit_otel.instrumentation.errors").uninstall_error_hooks()
         uninstall_local_fallback(logging.getLogger())

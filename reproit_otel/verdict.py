@@ -45,10 +45,11 @@ from reproit_otel.boot_watch import boot_failure, listening_ports
 from reproit_otel.check_request import (
     OBSERVED_BODY_BYTES,
     REQUEST_TIMEOUT_S,
-    fire_request,
+    RequestOverrides,
     observed_body,
     recorded_content_type,
     recorded_request,
+    replay_request,
 )
 from reproit_otel.errors import CapsuleError
 from reproit_otel.exception_verdict import (
@@ -415,6 +416,8 @@ def _run_hermetic_check(
     command: str,
     echo: TextIO | None,
     boot_timeout: float,
+    *,
+    overrides: RequestOverrides | None = None,
 ) -> CheckResult:
     operation = str(capsule["operation"])
     port = _free_port()
@@ -445,11 +448,10 @@ def _run_hermetic_check(
                 break
             time.sleep(BOOT_POLL_S)
         if booted:
-            method, target, body = recorded_request(capsule)
-            observed["request"] = {"method": method, "target": target}
+            request = replay_request(capsule, overrides)
+            observed["request"] = {"method": request.method, "target": request.target}
             try:
-                kind = recorded_content_type(capsule)
-                status, answer = fire_request(port, method, target, body, kind)
+                status, answer = request.fire(port)
                 observed["status"] = status
                 observed.update(observed_body(answer))
             except (OSError, http.client.HTTPException) as error:
@@ -527,11 +529,13 @@ def check_capsule(
     timeout: float = CI_RUN_TIMEOUT_S,
     boot_timeout: float = BOOT_TIMEOUT_S,
     on_start: Callable[[str], None] | None = None,
+    overrides: RequestOverrides | None = None,
 ) -> CheckResult:
     """Run the check for one capsule file and return its result.
 
     ``command`` is the test command (CI capsules) or the boot command (production capsules);
-    without it the recorded events are re-evaluated offline. Raises
+    without it the recorded events are re-evaluated offline. ``overrides`` (``--header``,
+    ``--cookie``) change the request a production check sends. Raises
     :class:`~reproit_otel.errors.CapsuleError` for an unusable capsule.
     """
     capsule_path = Path(path)
@@ -554,4 +558,6 @@ def check_capsule(
             f"{capsule_path} records no dependency exchange, so a hermetic replay has nothing "
             "to serve; run `reproit-otel check` without --exec for the offline verdict"
         )
-    return _run_hermetic_check(capsule, capsule_path, command, echo, boot_timeout)
+    return _run_hermetic_check(
+        capsule, capsule_path, command, echo, boot_timeout, overrides=overrides
+    )

@@ -32,11 +32,13 @@ __all__ = [
     "current_inbound",
     "decode_body",
     "decode_json_body",
+    "defer_until_operation",
     "inbound_scope",
     "is_captured_body_type",
     "parse_query",
     "publish_inbound",
     "reset_inbound",
+    "run_deferred",
     "single_or_list",
     "withdraw_inbound",
 ]
@@ -133,6 +135,33 @@ publish_inbound: Callable[[InboundRequest | None], contextvars.Token[InboundRequ
 reset_inbound: Callable[[contextvars.Token[InboundRequest | None]], None] = _current.reset
 """Undo :func:`publish_inbound` in the context that published; raises ValueError for a token
 of another context (:func:`withdraw_inbound` handles that case)."""
+
+
+_deferred: contextvars.ContextVar[
+    tuple[InboundRequest, tuple[Callable[[], object], ...]] | None
+] = contextvars.ContextVar("reproit_inbound_deferred", default=None)
+
+
+def defer_until_operation(inbound: InboundRequest, work: Callable[[], object]) -> None:
+    """Run ``work`` when ``inbound``'s operation begins (its server span starts).
+
+    For what a request does before the server span exists: Flask opens its signed session
+    while it pushes the request context, before OpenTelemetry's ``before_request`` hook starts
+    the span. Work deferred for a request whose operation never begins is dropped with it.
+    """
+    pending = _deferred.get()
+    earlier = pending[1] if pending is not None and pending[0] is inbound else ()
+    _deferred.set((inbound, (*earlier, work)))
+
+
+def run_deferred(inbound: InboundRequest) -> tuple[Callable[[], object], ...]:
+    """The work :func:`defer_until_operation` holds for ``inbound`` (the span processor runs
+    it once it has set ``inbound.operation``), forgotten once taken."""
+    pending = _deferred.get()
+    if pending is None:
+        return ()
+    _deferred.set(None)
+    return pending[1] if pending[0] is inbound else ()
 
 
 def withdraw_inbound(token: contextvars.Token[InboundRequest | None]) -> None:

@@ -84,10 +84,11 @@ from reproit_otel.capture import recording
 from reproit_otel.capture.recording import DeferredExchange, Unrecordable
 from reproit_otel.config import CAPTURE_MAX_EVENTS_CEILING
 from reproit_otel.errors import TraceError
+from reproit_otel.redaction.core import redact, scrub_secret_values, scrub_value
 from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.exact_body import scrub_exact_bytes
 from reproit_otel.wire.exception import output_with_error
-from reproit_otel.wire.redaction import redact, scrub_secret_values, scrub_value
+from reproit_otel.wire.request_record import scrub_request_bytes
 from reproit_otel.wire.trace import (
     MAX_EVENTS,
     BackendTrace,
@@ -1212,7 +1213,9 @@ def _scrubbed_input(source: Callable[[], Any], secrets: Callable[[], tuple[str, 
         with guarded("processor.input"):
             value = source()
             secret_values = secrets()
-            return scrub_value(value, secret_values) if secret_values else value
+            if not secret_values:
+                return value
+            return scrub_request_bytes(scrub_value(value, secret_values), secret_values)
         return None
 
     return factory

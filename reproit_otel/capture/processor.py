@@ -85,7 +85,12 @@ from opentelemetry.trace.propagation import _SPAN_KEY as _otel_span_key
 
 from reproit_otel._guard import absorb, guarded
 from reproit_otel.capture import recording
-from reproit_otel.capture.inbound import InboundRequest, current_inbound, single_or_list
+from reproit_otel.capture.inbound import (
+    InboundRequest,
+    current_inbound,
+    run_deferred,
+    single_or_list,
+)
 from reproit_otel.capture.operation import (
     HEAVY_MAX_SPANS,
     MAX_SPANS_PER_OPERATION,
@@ -98,10 +103,10 @@ from reproit_otel.capture.operation import (
 from reproit_otel.config import EffectsCompleteMode, ReproitConfig, load_config
 from reproit_otel.errors import TraceError
 from reproit_otel.failures import frame_roots, record_exception
+from reproit_otel.redaction.core import scrub_secret_values, scrub_value
 from reproit_otel.wire.canonical import canonical_json_bytes
 from reproit_otel.wire.exception import exception_from_stacktrace
 from reproit_otel.wire.inputs import http_input
-from reproit_otel.wire.redaction import scrub_secret_values, scrub_value
 from reproit_otel.wire.trace import (
     MAX_EVENTS,
     BackendTrace,
@@ -600,6 +605,9 @@ class ReproitSpanProcessor(SpanProcessor):
             self._stats["scan_operations" if operation.scan else "capture_operations"] += 1
         if inbound is not None:
             inbound.operation = operation
+            for work in run_deferred(inbound):  # what the request did before its span
+                with guarded("processor.deferred"):
+                    work()
         for old in evicted:
             self._take_tally(old)  # not under the processor's lock: operations lock first
             _log.warning(

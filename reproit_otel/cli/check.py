@@ -12,6 +12,10 @@ lines of each, the standard error last), or as it runs with ``--verbose`` (both 
 standard error, so its own standard output holds only the summary or the ``--json``
 document); ``REPROIT:`` marker lines are never echoed.
 
+``--header 'Name: value'`` and ``--cookie 'name=value'`` (repeatable) change the request a
+production check sends: each replaces the recorded header (or cookie pair) of that name, or is
+added (for a credential minted by hand on the replay machine).
+
 Exit codes: 0 fixed, 1 reproduced, 3 diverged or inconclusive, 2 for an unusable capsule
 (not JSON, wrong format or version, no events, no exchange with ``--exec``) or an occurrence
 that cannot be pulled (unknown, without a capsule, key refused, no ingest answering).
@@ -27,6 +31,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from reproit_otel.check_request import (
+    RequestOverrides,
+    parse_cookie_override,
+    parse_header_override,
+)
 from reproit_otel.cli.check_text import divergence_lines, exception_lines, verdict_lines
 from reproit_otel.cli.terminal import json_text, say, shown
 from reproit_otel.errors import CapsuleError
@@ -95,7 +104,34 @@ def register(subparsers: Any) -> None:
         metavar="KEY",
         help="bearer key for the ingest (default $REPROIT_API_KEY)",
     )
+    parser.add_argument(
+        "--header",
+        dest="headers",
+        action="append",
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="send this header instead of the recorded one of that name, or in addition "
+        "(repeatable; for a credential minted by hand)",
+    )
+    parser.add_argument(
+        "--cookie",
+        dest="cookies",
+        action="append",
+        default=[],
+        metavar="'NAME=VALUE'",
+        help="send this cookie instead of the recorded one of that name, or in addition "
+        "(repeatable)",
+    )
     parser.set_defaults(handler=run)
+
+
+def _overrides(args: argparse.Namespace) -> RequestOverrides | None:
+    """The ``--header``/``--cookie`` overrides; ValueError for a malformed one."""
+    headers = [parse_header_override(text) for text in args.headers]
+    cookies = [parse_cookie_override(text) for text in args.cookies]
+    if not headers and not cookies:
+        return None
+    return RequestOverrides(headers=headers, cookies=cookies)
 
 
 def _looks_like_path(argument: str) -> bool:
@@ -195,6 +231,11 @@ def _summary(result: CheckResult, *, verbose: bool = False) -> str:
 def run(args: argparse.Namespace) -> int:
     """Execute ``check`` and return the exit code."""
     try:
+        overrides = _overrides(args)
+    except ValueError as error:
+        say(f"reproit-otel check: {error}", file=sys.stderr)
+        return 2
+    try:
         target = resolve_target(args.capsule, ingest=args.ingest, api_key=args.api_key)
         result = check_capsule(
             target,
@@ -202,6 +243,7 @@ def run(args: argparse.Namespace) -> int:
             echo=sys.stderr if args.verbose and not args.json else None,
             timeout=args.timeout,
             boot_timeout=args.boot_timeout,
+            overrides=overrides,
         )
     except CapsuleError as error:
         say(f"reproit-otel check: {shown(error)}", file=sys.stderr)

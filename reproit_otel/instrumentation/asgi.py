@@ -9,12 +9,14 @@ middleware runs outside OpenTelemetry's ASGI middleware), or explicitly for any 
 
 What it does for each ``http`` request (PROTOCOL 9.2; other scopes pass through):
 
-* builds the canonical input: the request body of an ``application/json`` or
-  ``application/x-www-form-urlencoded`` request is read (up to 64 KiB; the messages are
-  replayed to the application unchanged, then ``receive`` is handed on) and decoded when it
-  is complete, at most 64 KiB and valid JSON (or a form: an object of its fields); the query is
-  decoded (blank values kept, repeats as lists); header names are lowercased and repeated
-  headers become lists;
+* reads the request body whatever its type (a ``content-length`` above 0 or a
+  ``transfer-encoding``; up to 64 KiB; the messages are replayed to the application
+  unchanged, then ``receive`` is handed on);
+* builds the canonical input: an ``application/json`` or ``application/x-www-form-urlencoded``
+  body is decoded when it is complete, at most 64 KiB and valid JSON (or a form: an object of
+  its fields); the query is decoded (blank values kept, repeats as lists); header names are
+  lowercased and repeated headers become lists; and the request as it came in
+  (``input.request``: the header lines in order, the body bytes, ``wire/request_record.py``);
 * names the operation ``METHOD /path`` (ASGI ``path``, percent-decoded);
 * publishes both for the server span that starts inside the application call, through a
   context variable (the span processor begins the operation, ``capture/processor.py``);
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable, MutableMapping
+from functools import partial
 from typing import Any
 
 from reproit_otel._guard import guard_call, guarded
@@ -50,6 +53,7 @@ from reproit_otel.capture.inbound import (
 from reproit_otel.failures import note_exception
 from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.inputs import http_input
+from reproit_otel.wire.request_record import REQUEST_FIELD, recorded_request
 
 __all__ = [
     "ReproitASGIMiddleware",
@@ -75,13 +79,39 @@ def _headers(scope: Scope) -> dict[str, list[str]]:
     return headers
 
 
+def _raw_headers(scope: Scope) -> list[tuple[str, str]]:
+    """The request headers as the server handed them over: order and names kept."""
+    return [
+        (bytes(name).decode("latin-1"), bytes(value).decode("latin-1"))
+        for name, value in scope.get("headers") or ()
+    ]
+
+
+def _input(
+    raw: list[tuple[str, str]],
+    headers: dict[str, list[str]],
+    query: str,
+    body: bytes | None,
+) -> dict[str, Any]:
+    """The canonical input of an ASGI request and its ``input.request`` (built on demand)."""
+    content_type = headers.get("content-type", [None])[0]
+    decoded = UNSET
+    if body is not None and is_captured_body_type(content_type):
+        decoded = decode_body(body, content_type)
+    value = http_input(body=decoded, query=parse_query(query), headers=single_or_list(headers))
+    length = headers.get("content-length", [None])[0]
+    size = int(length) if length is not None and length.strip().isdigit() else None
+    coding = headers.get("transfer-encoding", [""])[0]
+    value[REQUEST_FIELD] = recorded_request(
+        raw, body, content_type, size=size, chunked="chunked" in coding.lower()
+    )
+    return value
+
+
 def inbound_from_scope(scope: Scope, body: bytes | None) -> InboundRequest:
     """The :class:`InboundRequest` of an ASGI ``http`` scope and its buffered body."""
     headers = _headers(scope)
-    content_type = headers.get("content-type", [None])[0]
-    decoded = UNSET if body is None else decode_body(body, content_type)
     query = bytes(scope.get("query_string") or b"").decode("latin-1")
-    value = http_input(body=decoded, query=parse_query(query), headers=single_or_list(headers))
 
     def header(name: str) -> str | None:
         values = headers.get(name)
@@ -90,15 +120,20 @@ def inbound_from_scope(scope: Scope, body: bytes | None) -> InboundRequest:
     return InboundRequest(
         method=str(scope.get("method") or "GET"),
         path=str(scope.get("path") or "/"),
-        input=value,
+        input={},
         header=header,
+        input_factory=partial(_input, _raw_headers(scope), headers, query, body),
     )
 
 
 def _wants_body(scope: Scope) -> bool:
+    """Whether the request has a body to read (a length above 0, or chunked)."""
     for raw_name, raw_value in scope.get("headers") or ():
-        if bytes(raw_name).lower() == b"content-type":
-            return is_captured_body_type(bytes(raw_value).decode("latin-1"))
+        name = bytes(raw_name).lower()
+        if name == b"content-length":
+            return bytes(raw_value).strip() not in (b"", b"0")
+        if name == b"transfer-encoding":
+            return True
     return False
 
 

@@ -109,17 +109,17 @@ from reproit_otel.instrumentation._invoke_values import (
     round_trip,
     validate_output,
 )
+from reproit_otel.redaction.core import redact, scrub_keys_and_values, scrub_secret_values
 from reproit_otel.replay.session import active_session, report_divergence
 from reproit_otel.wire.invoke import (
     INVOKE_PROTOCOL,
+    Outcome,
     failure_response,
     fixture_key,
     invoke_request,
     read_outcome,
-    scrub_keys_and_values,
     success_response,
 )
-from reproit_otel.wire.redaction import redact, scrub_secret_values
 from reproit_otel.wire.replay import ReplaySession, divergence_line, divergence_report
 
 __all__ = [
@@ -128,7 +128,9 @@ __all__ = [
     "DeclaredBoundary",
     "Output",
     "boundary",
+    "capsule_outcome",
     "declared_boundaries",
+    "finish_outcome",
     "use_tracer_provider",
 ]
 
@@ -291,29 +293,8 @@ class _Invocation:
         return self._serve_fixture(self.settings.directory)
 
     def _serve_capsule(self, session: ReplaySession) -> Any:
-        tool, op = self.spec.tool, self.spec.op
-        probe = session.redact_probe(INVOKE_PROTOCOL, _probe(tool, op, self.input, _all_secrets()))
-        exchange, line = session.match_with_line(INVOKE_PROTOCOL, probe)
-        if exchange is None:
-            self._report(session, line)
-            raise MissingFixtureError(
-                _miss_message(tool, op, "the capsule holds no matching invoke exchange"),
-                line=line,
-            )
-        outcome = read_outcome(exchange.get("response") if isinstance(exchange, dict) else None)
-        if outcome["kind"] == "truncated" or "truncated" in probe:
-            line = session.diverge(INVOKE_PROTOCOL, {**probe, "truncated": True})
-            self._report(session, line)
-            raise MissingFixtureError(
-                _miss_message(tool, op, "it was recorded by identity only, over the budget"),
-                line=line,
-            )
+        outcome = capsule_outcome(session, self.spec.tool, self.spec.op, self.input)
         return self._outcome(outcome, "the capsule's exchange has no usable response")
-
-    @staticmethod
-    def _report(session: ReplaySession, line: str | None) -> None:
-        if line is not None and session.on_divergence is None:
-            report_divergence(line)
 
     def _serve_fixture(self, directory: Path) -> Any:
         tool, op = self.spec.tool, self.spec.op
@@ -424,20 +405,7 @@ class _Invocation:
             bounded_response = full_response = response(secrets)
         recorder = self.recorder
         if recorder is not None:
-            request = invoke_request(tool, op, redact(scrubbed_input))
-            if "input" in request:
-                # The pipeline redacts secret-named keys itself (redaction is not idempotent).
-                request["input"] = scrubbed_input
-            recorder.finish(
-                "call",
-                resource=tool,
-                key=op,
-                exchange={
-                    "protocol": INVOKE_PROTOCOL,
-                    "request": request,
-                    "response": bounded_response,
-                },
-            )
+            finish_outcome(recorder, tool, op, self.input, bounded_response, read=read)
         settings = self.settings
         if settings is not None and settings.mode is ToolsMode.RECORD:
             key = fixture_key(
@@ -451,6 +419,66 @@ class _Invocation:
             write_fixture(
                 settings.directory, fixture_name(tool, op, key), fixture_document(key, exchange)
             )
+
+
+def capsule_outcome(session: ReplaySession, tool: str, op: str, input_value: Any) -> Outcome:
+    """The outcome ``session``'s capsule recorded for the call ``tool``/``op`` on ``input_value``.
+
+    Consumes the matching ``invoke`` exchange. A call the capsule does not hold (or holds by
+    identity only) writes its ``REPROIT:DIVERGENCE`` line and raises
+    :class:`~reproit_otel.MissingFixtureError`: it is never run live.
+    """
+    probe = session.redact_probe(INVOKE_PROTOCOL, _probe(tool, op, input_value, _all_secrets()))
+    exchange, line = session.match_with_line(INVOKE_PROTOCOL, probe)
+    if exchange is None:
+        _report(session, line)
+        raise MissingFixtureError(
+            _miss_message(tool, op, "the capsule holds no matching invoke exchange"),
+            line=line,
+        )
+    outcome = read_outcome(exchange.get("response") if isinstance(exchange, dict) else None)
+    if outcome["kind"] == "truncated" or "truncated" in probe:
+        line = session.diverge(INVOKE_PROTOCOL, {**probe, "truncated": True})
+        _report(session, line)
+        raise MissingFixtureError(
+            _miss_message(tool, op, "it was recorded by identity only, over the budget"),
+            line=line,
+        )
+    return outcome
+
+
+def _report(session: ReplaySession, line: str | None) -> None:
+    if line is not None and session.on_divergence is None:
+        report_divergence(line)
+
+
+def finish_outcome(
+    recorder: ExchangeRecorder,
+    tool: str,
+    op: str,
+    input_value: Any,
+    response: dict[str, Any],
+    *,
+    read: tuple[str, ...] = (),
+) -> None:
+    """Record ``response`` (``success_response`` / ``failure_response``) for the call
+    ``tool``/``op`` on ``input_value`` as a ``call`` effect, the way a boundary records it.
+
+    Secret values (configured, read through :mod:`reproit_otel.secrets`, and ``read``) are
+    scrubbed from the input; the pipeline redacts secret-named keys of the whole exchange.
+    """
+    secrets = _all_secrets(read)
+    scrubbed_input = scrub_keys_and_values(input_value, secrets)
+    request = invoke_request(tool, op, redact(scrubbed_input))
+    if "input" in request:
+        # The pipeline redacts secret-named keys itself (redaction is not idempotent).
+        request["input"] = scrubbed_input
+    recorder.finish(
+        "call",
+        resource=tool,
+        key=op,
+        exchange={"protocol": INVOKE_PROTOCOL, "request": request, "response": response},
+    )
 
 
 def _failure(recorded: RecordedError, secrets: tuple[str, ...]) -> dict[str, Any]:

@@ -9,11 +9,14 @@ Flask instrumentation), or explicitly for any WSGI app::
 
 What it does for each request (PROTOCOL 9.1 and 9.2):
 
-* builds the canonical input: a JSON or URL-encoded form body of at most 64 KiB
-  (``application/json`` or ``application/x-www-form-urlencoded`` content type, read from
-  ``wsgi.input`` and handed to the application unchanged as an in-memory stream; a form
-  becomes an object of its fields), the decoded query (blank values kept, repeats as lists),
-  the lowercased headers;
+* reads a request body of at most 64 KiB, whatever its type (with a ``Content-Length``, or
+  chunked when the server sets ``wsgi.input_terminated``), and hands the application the same
+  bytes (from memory; a longer chunked body continues from the server's stream);
+* builds the canonical input: a JSON or URL-encoded form body (``application/json`` or
+  ``application/x-www-form-urlencoded``; a form becomes an object of its fields), the
+  decoded query (blank values kept, repeats as lists), the lowercased headers; and the
+  request as it came in (``input.request``: every header in the environ's order, the body
+  bytes, see ``wire/request_record.py``);
 * names the operation ``METHOD /concrete/path`` (``SCRIPT_NAME`` + ``PATH_INFO``);
 * publishes both for the OpenTelemetry server span that starts inside the application call
   (the span processor begins the operation there, see ``capture/processor.py``);
@@ -28,7 +31,9 @@ exception from the application finishes the operation with status 500 and is re-
 unchanged (and kept on the capture, ``failures.py``). A defect of ours leaves the request
 untraced (``_guard.py``).
 
-Limits: bodies sent with chunked transfer encoding (no ``CONTENT_LENGTH``) are not read; an
+Limits: a chunked body is read only when the server says it ends the stream
+(``wsgi.input_terminated``: gunicorn, werkzeug); WSGI keeps neither the case nor the order of
+header names beyond its environ, so names are recorded capitalised (``Accept-Language``); an
 application that uses the legacy ``write()`` callable gets its response start released at
 the first ``write`` (the output is then unknown, recorded as ``null``).
 """
@@ -36,7 +41,7 @@ the first ``write`` (the output is then unknown, recorded as ``null``).
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
 from types import MethodType, TracebackType
 from typing import Any
@@ -57,6 +62,7 @@ from reproit_otel.capture.inbound import (
 from reproit_otel.failures import note_exception
 from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.inputs import http_input
+from reproit_otel.wire.request_record import REQUEST_FIELD, recorded_request, title_case
 
 __all__ = ["ReproitWSGIMiddleware", "install_flask", "uninstall_flask", "wsgi_call"]
 
@@ -101,22 +107,70 @@ def _text(value: str) -> str:
         return value
 
 
-def _read_body(environ: dict[str, Any], content_type: object) -> bytes:
-    if not isinstance(content_type, str) or not is_captured_body_type(content_type):
-        return b""
+def _declared_length(environ: dict[str, Any]) -> int | None:
     try:
-        length = int(environ.get("CONTENT_LENGTH") or 0)
+        return int(environ.get("CONTENT_LENGTH") or 0)
     except ValueError:
-        return b""
-    if length <= 0 or length > MAX_INBOUND_BODY:
-        return b""
+        return None
+
+
+def _is_chunked(environ: Mapping[str, Any]) -> bool:
+    coding = environ.get("HTTP_TRANSFER_ENCODING")
+    return isinstance(coding, str) and "chunked" in coding.lower()
+
+
+class _ChainedInput(io.RawIOBase):
+    """What the application reads after a chunked body's first bytes were read for the
+    capture: those bytes, then the rest of the server's stream."""
+
+    def __init__(self, head: bytes, rest: Any) -> None:
+        super().__init__()
+        self._head = io.BytesIO(head)
+        self._rest = rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        count = self._head.readinto(view)
+        if count:
+            return count
+        data: bytes = self._rest.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+
+def _read_body(environ: dict[str, Any]) -> tuple[bytes | None, int | None]:
+    """The request body (None when it was not read) and its declared length.
+
+    A body of at most 64 KiB with a ``Content-Length`` is read whatever its type; a chunked
+    body (no length, ``wsgi.input_terminated`` set by the server) is read up to 64 KiB. The
+    application then reads the very same bytes (from memory, then from the server's stream).
+    """
+    length = _declared_length(environ)
     stream = environ.get("wsgi.input")
-    if stream is None:
-        return b""
-    data: bytes = stream.read(length)
-    # The application reads the same bytes from memory.
-    environ["wsgi.input"] = io.BytesIO(data)
-    return data
+    if stream is None or length is None:
+        return None, length
+    if length > 0:
+        if length > MAX_INBOUND_BODY:
+            return None, length
+        data: bytes = stream.read(length)
+        environ["wsgi.input"] = io.BytesIO(data)  # the application reads the same bytes
+        return data, length
+    if not _is_chunked(environ) or not environ.get("wsgi.input_terminated"):
+        return b"", 0
+    head: bytes = b""
+    while len(head) <= MAX_INBOUND_BODY:
+        piece = stream.read(MAX_INBOUND_BODY + 1 - len(head))
+        if not piece:
+            break
+        head += piece
+    if len(head) > MAX_INBOUND_BODY:
+        environ["wsgi.input"] = io.BufferedReader(_ChainedInput(head, stream))
+        return None, None
+    environ["wsgi.input"] = io.BytesIO(head)
+    return head, len(head)
 
 
 class _EnvironCopy(dict[str, Any]):
@@ -129,19 +183,42 @@ class _EnvironCopy(dict[str, Any]):
     with ``copy[name]`` (PEP 3333 lets a server leave out an empty one).
     """
 
-    __slots__ = ("body",)
+    __slots__ = ("body", "size")
 
-    body: bytes
+    body: bytes | None
+    size: int | None
 
     def __missing__(self, key: str) -> None:
         return None
 
     def __call__(self) -> dict[str, Any]:
-        return http_input(
-            body=decode_body(self.body, self.get("CONTENT_TYPE")),
+        content_type = self.get("CONTENT_TYPE")
+        body = self.body
+        captured = is_captured_body_type(content_type) and body is not None
+        value = http_input(
+            body=decode_body(body, content_type) if captured and body else UNSET,
             query=parse_query(str(self.get("QUERY_STRING") or "")),
             headers=_environ_headers(self),
         )
+        value[REQUEST_FIELD] = recorded_request(
+            _ordered_headers(self),
+            body,
+            content_type if isinstance(content_type, str) else None,
+            size=self.size,
+            chunked=_is_chunked(self),
+        )
+        return value
+
+
+def _ordered_headers(environ: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The request headers in the environ's order, names in their usual capitalised form
+    (WSGI keeps neither the case nor the separate lines of a repeated header)."""
+    pairs: list[tuple[str, str]] = []
+    for key, value in environ.items():
+        name = _header_name(key)
+        if name is not None and isinstance(value, str):
+            pairs.append((title_case(name), value))
+    return pairs
 
 
 def _output(body: bytes, headers: list[tuple[str, str]]) -> Any:
@@ -192,8 +269,10 @@ class _WSGIRequest(InboundRequest):
     def __init__(self, environ: dict[str, Any], start_response: StartResponse) -> None:
         # Sets every slot of InboundRequest itself: this runs on every captured request.
         copy = _EnvironCopy(environ)  # before the body is read: wsgi.input as it came
-        content_type = copy.get("CONTENT_TYPE")  # often left out: no __missing__ call
-        copy.body = _read_body(environ, content_type) if content_type else b""
+        if "CONTENT_LENGTH" in copy or "HTTP_TRANSFER_ENCODING" in copy:
+            copy.body, copy.size = _read_body(environ)
+        else:
+            copy.body, copy.size = b"", 0
         method = copy["REQUEST_METHOD"] or "GET"
         if type(method) is not str:
             method = str(method)

@@ -8,6 +8,8 @@ bootstrap then calls :func:`install_replay`, which
 2. pins the capsule's determinism envelope (time zone, clock, :mod:`random`),
 3. installs :class:`ReproitReplayInstrumentor`, which patches ``requests`` and ``psycopg2`` at
    the same seams the recorders use, so a served call still produces its OpenTelemetry span,
+   and patches the credential checks (``instrumentation/credentials.py``) so that a signed
+   session, CSRF token or JWT is answered with the outcome production's check recorded,
 4. installs the network tripwire (:mod:`reproit_otel.replay.tripwire`): any other client's
    connection to a non-loopback address is refused and reported,
 5. for a production capsule, opens the request window
@@ -130,6 +132,7 @@ def install_replay(path: str | os.PathLike[str] | None = None) -> ReplaySession:
     for reason in _pinned.skipped:
         _log.warning("reproit replay: envelope not fully pinned: %s", reason)
     ReproitReplayInstrumentor().instrument()
+    _install_credential_checks()
     install_tripwire()
     operation = session.capsule.get("operation")
     if isinstance(operation, str) and not operation.startswith(_CI_OPERATION_PREFIX):
@@ -137,6 +140,15 @@ def install_replay(path: str | os.PathLike[str] | None = None) -> ReplaySession:
     if not (isinstance(operation, str) and operation.startswith(_CI_OPERATION_PREFIX)):
         write_stderr_line(replay_marker_line(os.fspath(target), session.total))
     return session
+
+
+def _install_credential_checks() -> None:
+    """Serve recorded signature and token checks (``instrumentation/credentials.py``)."""
+    try:
+        credentials = importlib.import_module("reproit_otel.instrumentation.credentials")
+        credentials.install_credentials()
+    except Exception:
+        _log.exception("reproit replay: could not install the credential checks")
 
 
 def _open_window(session: ReplaySession, operation: str) -> None:
@@ -157,6 +169,7 @@ def uninstall_replay() -> None:
         _window.shutdown()
         _window = None
     uninstall_tripwire()
+    importlib.import_module("reproit_otel.instrumentation.credentials").uninstall_credentials()
     ReproitReplayInstrumentor().uninstrument()
     if _pinned is not None:
         _pinned.restore()

@@ -21,7 +21,10 @@ Eligibility (section 5.3 and decision D5)
     ``no-replay-seed``           ``events[0].replaySeed`` is not 16 lowercase hex digits
     ``effect-without-exchange``  a call/read/write/delete effect carries no exchange object
     ``no-operation``             ``events[0].operation`` is not a string
-    ``no-exchanges``             (D5) the failure recorded no exchange of any kind
+    ``no-exchanges``             (D5) the failure recorded no exchange of any kind, counting
+                                 no credential check (an ``invoke`` exchange of the tool
+                                 ``credential``): a signed session or token the request
+                                 carried is not data the failure exchanged
 
 Decision D3: nothing is lost silently
     The Node reference aborts a batch holding a captured value over 64 KiB and never applies
@@ -84,6 +87,7 @@ from .value_bound import MAX_CAPTURED_VALUE_BYTES, bound_captured_values
 __all__ = [
     "BATCH_ID_PREFIX",
     "CAPTURE_BATCH_VERSION",
+    "CREDENTIAL_TOOL",
     "EMITTER",
     "EMITTER_ID",
     "ENVELOPE_CHECKPOINT",
@@ -149,6 +153,23 @@ def _has_exchange(event: Mapping[str, Any]) -> bool:
     return isinstance(event.get("exchange"), Mapping)
 
 
+CREDENTIAL_TOOL: Final = "credential"
+"""The invoke tool of recorded credential checks (``instrumentation/credentials.py``)."""
+
+
+def _has_data_exchange(event: Mapping[str, Any]) -> bool:
+    """An exchange other than a credential check (decision D5 counts only these)."""
+    exchange = event.get("exchange")
+    if not isinstance(exchange, Mapping):
+        return False
+    request = exchange.get("request")
+    return not (
+        exchange.get("protocol") == "invoke"
+        and isinstance(request, Mapping)
+        and request.get("tool") == CREDENTIAL_TOOL
+    )
+
+
 def capture_eligibility(events: Sequence[Mapping[str, Any]]) -> tuple[bool, str | None]:
     """Whether a finished operation's raw events are captured, and if not, why not.
 
@@ -173,7 +194,7 @@ def capture_eligibility(events: Sequence[Mapping[str, Any]]) -> tuple[bool, str 
         return False, "effect-without-exchange"
     if not isinstance(first.get("operation"), str):
         return False, "no-operation"
-    if not any(_has_exchange(e) for e in effects):
+    if not any(_has_data_exchange(e) for e in effects):
         return False, "no-exchanges"
     return True, None
 

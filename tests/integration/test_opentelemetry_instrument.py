@@ -148,7 +148,18 @@ def expected_quote_events(upstream: Upstream, port: int) -> list[dict[str, Any]]
                     "connection": "close",
                     "host": f"127.0.0.1:{port}",
                     "user-agent": f"Python-urllib/{sys.version_info[0]}.{sys.version_info[1]}",
-                }
+                },
+                "request": {
+                    "headers": [
+                        ["Accept-Encoding", "identity"],
+                        ["Host", f"127.0.0.1:{port}"],
+                        [
+                            "User-Agent",
+                            f"Python-urllib/{sys.version_info[0]}.{sys.version_info[1]}",
+                        ],
+                        ["Connection", "close"],
+                    ]
+                },
             },
         },
         call(

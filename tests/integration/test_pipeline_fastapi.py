@@ -126,6 +126,18 @@ def test_a_failing_fastapi_request_is_one_operation_with_its_exchange(
                 "content-type": "application/json",
                 "host": host,
             },
+            "request": {
+                "headers": [
+                    ["host", host],
+                    ["accept-encoding", "identity"],
+                    ["content-length", str(len(body))],
+                    ["content-type", "application/json"],
+                ],
+                "body": {
+                    "item": "tea",
+                    "secret": {"$reproit": {"length": 3, "redacted": True, "type": "string"}},
+                },
+            },
         },
     }
     assert [(e["kind"], e.get("key"), e.get("sequence")) for e in events[1:]] == [

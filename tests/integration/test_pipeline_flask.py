@@ -151,6 +151,16 @@ def test_a_failing_request_is_one_operation_with_its_exchanges_in_order(
                     "host": host.replace(str(upstream.port), server.base.rsplit(":", 1)[1]),
                     "x-api-key": {"$reproit": {"length": 5, "redacted": True, "type": "string"}},
                 },
+                "request": {
+                    "headers": [
+                        ["Host", host.replace(str(upstream.port), server.base.rsplit(":", 1)[1])],
+                        ["Accept-Encoding", "identity"],
+                        ["Content-Length", str(len(body))],
+                        ["Content-Type", "application/json"],
+                        ["X-Api-Key", "$reproit"],
+                    ],
+                    "body": {"item": "tea", "password": placeholder},
+                },
             },
         },
         {

@@ -360,6 +360,15 @@ def test_the_request_body_is_read_into_the_input_and_handed_on(active: Pipeline)
                 "host": "localhost",
                 "x-note": "n",
             },
+            "request": {
+                "headers": [
+                    ["Host", "localhost"],
+                    ["Content-Type", "application/x-www-form-urlencoded"],
+                    ["Content-Length", "10"],
+                    ["X-Note", "n"],
+                ],
+                "body": "a=1&a=2&b=",
+            },
         },
     )
 

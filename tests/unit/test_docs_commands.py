@@ -174,6 +174,10 @@ RUN_BY: dict[str, str] = {
     'reproit-otel check capsule.json --exec "opentelemetry-instrument python '
     'examples/shop/app.py"': "demo stage 9 (the capsule in the work folder, the shop by its "
     "full path)",
+    'reproit-otel check capsule.json --exec "..." --header \'Authorization: Bearer '
+    "eyJhbGciOi...' --cookie 'sessionid=k2j3l4...'": "tests/integration/"
+    "test_request_fidelity.py::test_overrides_replace_the_recorded_credential (an occurrence "
+    "id, --header only)",
     "reproit-otel serve": SERVE,
     "reproit-otel list/show/pull": FIVE,
     "reproit-otel show": FIVE,

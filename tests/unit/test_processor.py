@@ -16,7 +16,7 @@ from opentelemetry.trace import NoOpTracerProvider, SpanKind
 
 from reproit_otel import _guard, bootstrap
 from reproit_otel.capture import recording
-from reproit_otel.capture.inbound import InboundRequest, inbound_scope
+from reproit_otel.capture.inbound import InboundRequest, defer_until_operation, inbound_scope
 from reproit_otel.capture.operation import HEAVY_MAX_EVENTS
 from reproit_otel.capture.processor import ReproitSpanProcessor
 from reproit_otel.config import read_config
@@ -249,6 +249,25 @@ def test_effects_after_the_response_keep_the_operation_from_the_sinks(rig: Rig) 
             pass
     assert rig.sink.traces == []
     assert rig.processor.stats()["late_effect_operations"] == 1
+
+
+def test_work_deferred_before_the_server_span_runs_once_the_operation_begins(rig: Rig) -> None:
+    inbound = InboundRequest("GET", "/x", {}, lambda name: None)
+    seen: list[object] = []
+    with inbound_scope(inbound):
+        # What Flask does when it opens its session, before the span exists.
+        defer_until_operation(inbound, lambda: seen.append(inbound.operation))
+        defer_until_operation(inbound, lambda: record("GET /early"))
+        assert seen == []
+        with rig.server():
+            assert seen == [inbound.operation]
+            assert inbound.operation is not None
+            with rig.client():
+                record("GET /later")
+            inbound.operation.finish(500, None)
+    keys = [e["key"] for e in rig.sink.traces[0].events if e["kind"] == "effect"]
+    assert keys == ["GET /early", "GET /later"]
+    assert rig.returned()["effectsComplete"] is True
 
 
 def test_never_mode_reports_incomplete_effects() -> None:

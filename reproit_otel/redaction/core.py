@@ -74,6 +74,12 @@ from typing import Any, Final, Literal, TypedDict
 from urllib.parse import unquote_plus
 
 from reproit_otel.wire._js import UNSET, is_js_integer, js_string, well_formed
+from reproit_otel.wire.standins import (
+    TEXT_TOKEN,
+    current_identity_key,
+    placeholder_fields,
+    text_placeholder,
+)
 
 __all__ = [
     "MIN_SECRET_LENGTH",
@@ -91,6 +97,7 @@ __all__ = [
     "redact_form",
     "redact_url",
     "redact_urls_in_text",
+    "scrub_keys_and_values",
     "scrub_secret_values",
     "scrub_value",
 ]
@@ -154,11 +161,19 @@ PlaceholderType = Literal["string", "integer", "number", "boolean", "null", "arr
 
 
 class PlaceholderBody(TypedDict):
-    """The inside of a placeholder: what was there, without the value."""
+    """The inside of a placeholder: what was there, without the value.
+
+    While a capture key is set (:func:`reproit_otel.wire.standins.set_identity_key`) a
+    placeholder of a string also names its character ``class`` and every placeholder of a
+    scalar carries the keyed ``id`` of the value (see :mod:`reproit_otel.wire.standins`).
+    """
 
     redacted: bool
     type: PlaceholderType
     length: int | None
+    # Only with a capture key (reproit_otel.wire.standins):
+    # "class": str  -- the character class of a string
+    # "id": str     -- HMAC-SHA256 of the value under the per-process key, 24 hex
 
 
 Placeholder = TypedDict("Placeholder", {"$reproit": PlaceholderBody})
@@ -209,7 +224,10 @@ def placeholder(value: Any) -> Placeholder:
         kind = "object"
     else:  # None, UNSET and anything that is not a JSON value
         kind = "null"
-    return {PLACEHOLDER_KEY: {"redacted": True, "type": kind, "length": length}}
+    body: PlaceholderBody = {"redacted": True, "type": kind, "length": length}
+    if current_identity_key() is not None:
+        body.update(placeholder_fields(value))  # type: ignore[typeddict-item]
+    return {PLACEHOLDER_KEY: body}
 
 
 def is_placeholder(value: Any) -> bool:
@@ -267,14 +285,25 @@ def redact(value: Any) -> Any:
     return result
 
 
-def _redact_pairs(text: str) -> str | None:
-    """``name=value&...`` with every secret-named value replaced; None when nothing was."""
+def _redact_pairs(text: str, *, tagged: bool = False) -> str | None:
+    """``name=value&...`` with every secret-named value replaced; None when nothing was.
+
+    ``tagged``: the replacement is :func:`~reproit_otel.wire.standins.text_placeholder` of the
+    decoded value (carrying its identity while a capture key is set).
+    """
     parts = text.split("&")
     changed = False
     for index, part in enumerate(parts):
         name, equals, value = part.partition("=")
-        if equals and value and value != TEXT_PLACEHOLDER and is_secret_key(unquote_plus(name)):
-            parts[index] = name + "=" + TEXT_PLACEHOLDER
+        if (
+            equals
+            and value
+            and value != TEXT_PLACEHOLDER
+            and is_secret_key(unquote_plus(name))
+            and TEXT_TOKEN.fullmatch(value) is None
+        ):
+            replacement = text_placeholder(unquote_plus(value)) if tagged else TEXT_PLACEHOLDER
+            parts[index] = name + "=" + replacement
             changed = True
     return "&".join(parts) if changed else None
 
@@ -283,9 +312,10 @@ def redact_form(text: str) -> str:
     """An ``application/x-www-form-urlencoded`` text with secret-named values replaced.
 
     Names are percent-decoded (``+`` as space) before the secret-key test; every other byte
-    stays as it was.
+    stays as it was. While a capture key is set the replacement carries the value's identity
+    (``password=$reproit.alnum.7.<id>``, :func:`~reproit_otel.wire.standins.text_placeholder`).
     """
-    return _redact_pairs(text) or text
+    return _redact_pairs(text, tagged=True) or text
 
 
 def _redact_user_info(url: str) -> str:
@@ -425,3 +455,39 @@ def scrub_value(value: Any, secrets: Iterable[str]) -> Any:
                 if is_container:
                     pending.append((child, copy))
     return result
+
+
+def scrub_keys_and_values(value: Any, secrets: Iterable[str]) -> Any:
+    """A copy of the JSON ``value`` with secret values replaced in every string, keys too.
+
+    Uses :func:`scrub_secret_values` (values shorter than four
+    code points are ignored). Tuples come back as lists.
+    """
+    usable = tuple(secrets)
+    if not usable:
+        return value
+
+    def copy(child: Any) -> tuple[Any, bool]:
+        if isinstance(child, str):
+            return scrub_secret_values(child, usable), False
+        if isinstance(child, Mapping):
+            return {}, True
+        if isinstance(child, (list, tuple)):
+            return [], True
+        return child, False
+
+    root, is_container = copy(value)
+    pending: list[tuple[Any, Any]] = [(value, root)] if is_container else []
+    while pending:
+        source, target = pending.pop()
+        items = source.items() if isinstance(source, Mapping) else enumerate(source)
+        for key, child in items:
+            duplicate, nested = copy(child)
+            if nested:
+                pending.append((child, duplicate))
+            if isinstance(target, dict):
+                name = scrub_secret_values(key, usable) if isinstance(key, str) else key
+                target[name] = duplicate
+            else:
+                target.append(duplicate)
+    return root
