@@ -29,8 +29,11 @@ cannot be replayed and diverge. Transactions (``commit``, ``rollback``, ``autoco
 
 Connection-scope statements (:mod:`reproit_otel.wire.statements`: transaction brackets,
 savepoints, ``SET``/``SHOW``/``set_config``, the ``SELECT 1`` pre-ping, version and ``pg_type``
-probes) are answered by the ambient rule: the recorded answer with the same text (savepoint
-names aside), else the documented default, never consuming a recorded exchange. The stub
+probes) that the recording holds no unconsumed data exchange for are answered by the ambient
+rule: the answer capture marked as connection scope (or a warm connection carried as
+``setup``) with the same text (savepoint names aside), else the documented default, never
+consuming a recorded exchange. A statement the recording does hold an unconsumed data
+exchange for is matched strictly, whatever its text, as the reference matches it. The stub
 connection's server parameters start from
 :data:`~reproit_otel.wire.statements.DEFAULT_PARAMETERS` and follow ``SET``/``set_config``.
 Before the recorded request has begun (``reproit_otel.replay.request_window``), any other

@@ -35,6 +35,7 @@ from reproit_otel.instrumentation._pg_values import (
 from reproit_otel.wire._js import _JS_SPACE
 from reproit_otel.wire.bounds import MAX_PG_ROWS
 from reproit_otel.wire.sql_redaction import redact_sql_values, redacted_originals, scrub_echoes
+from reproit_otel.wire.statements import CONNECTION_SCOPE, SCOPE_FIELD, statement_scope
 
 __all__ = ["build_row", "error_response"]
 
@@ -122,6 +123,10 @@ class _Statement:
             if "error" in response:
                 response = _scrubbed_error(self.text, self.params is _MANY, values, response)
             exchange = {"protocol": "pg", "request": request, "response": response}
+            if statement_scope(self.text, values) is not None:
+                # Replay answers it whenever it is asked and never consumes it (decision in
+                # docs/compatibility.md); an unmarked exchange replays strictly.
+                exchange[SCOPE_FIELD] = CONNECTION_SCOPE
             setup = getattr(self, "setup", None)
             if setup:
                 exchange["setup"] = setup
