@@ -39,7 +39,7 @@ _EXPORTS: dict[str, str] = {
     "DivergedError": "reproit_otel.errors",
     "MissingFixtureError": "reproit_otel.errors",
     "ORACLE_MARKER_RESOURCE": "reproit_otel.wire.trace",
-    "PLACEHOLDER_KEY": "reproit_otel.wire.redaction",
+    "PLACEHOLDER_KEY": "reproit_otel.redaction.core",
     "Psycopg2ReplayInstrumentor": "reproit_otel.instrumentation.psycopg2",
     "RecordedPgError": "reproit_otel.errors",
     "ReplayRNG": "reproit_otel.wire.rng",
@@ -51,7 +51,7 @@ _EXPORTS: dict[str, str] = {
     "ReproitSpanProcessor": "reproit_otel.capture.processor",
     "ReproitWSGIMiddleware": "reproit_otel.instrumentation.wsgi",
     "RequestsReplayInstrumentor": "reproit_otel.instrumentation.requests",
-    "SECRET_PARTS": "reproit_otel.wire.redaction",
+    "SECRET_PARTS": "reproit_otel.redaction.core",
     "SERVER_ERROR_ORACLE": "reproit_otel.wire.trace",
     "ServedResponse": "reproit_otel.wire.replay",
     "StreamBoundaries": "reproit_otel.wire.bounds",
@@ -77,7 +77,7 @@ _EXPORTS: dict[str, str] = {
     "identity": "reproit_otel.wire.trace",
     "install": "reproit_otel.bootstrap",
     "install_replay": "reproit_otel.replay",
-    "is_secret_key": "reproit_otel.wire.redaction",
+    "is_secret_key": "reproit_otel.redaction.core",
     "is_token": "reproit_otel.wire.batch",
     "load_capsule": "reproit_otel.wire.capsule",
     "load_config": "reproit_otel.config",
@@ -85,10 +85,10 @@ _EXPORTS: dict[str, str] = {
     "matches": "reproit_otel.wire.matching",
     "operation_key": "reproit_otel.wire.matching",
     "ordered_json": "reproit_otel.wire.canonical",
-    "redact": "reproit_otel.wire.redaction",
-    "redact_url": "reproit_otel.wire.redaction",
+    "redact": "reproit_otel.redaction.core",
+    "redact_url": "reproit_otel.redaction.core",
     "reset_sequence": "reproit_otel.wire.trace",
-    "scrub_secret_values": "reproit_otel.wire.redaction",
+    "scrub_secret_values": "reproit_otel.redaction.core",
     "selection": "reproit_otel.wire.inputs",
     "serve_http": "reproit_otel.wire.replay",
     "serve_pg": "reproit_otel.wire.replay",
@@ -235,6 +235,14 @@ if TYPE_CHECKING:  # pragma: no cover - static types of the lazily loaded names
     from reproit_otel.instrumentation.wsgi import (
         ReproitWSGIMiddleware,
     )
+    from reproit_otel.redaction.core import (
+        PLACEHOLDER_KEY,
+        SECRET_PARTS,
+        is_secret_key,
+        redact,
+        redact_url,
+        scrub_secret_values,
+    )
     from reproit_otel.replay import (
         ReproitReplayInstrumentor,
         install_replay,
@@ -282,14 +290,6 @@ if TYPE_CHECKING:  # pragma: no cover - static types of the lazily loaded names
     )
     from reproit_otel.wire.payload import (
         capture_payload,
-    )
-    from reproit_otel.wire.redaction import (
-        PLACEHOLDER_KEY,
-        SECRET_PARTS,
-        is_secret_key,
-        redact,
-        redact_url,
-        scrub_secret_values,
     )
     from reproit_otel.wire.replay import (
         ReplaySession,

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from reproit_otel.errors import CapsuleError
-from reproit_otel.wire.redaction import PLACEHOLDER_KEY, TEXT_PLACEHOLDER
+from reproit_otel.redaction.core import PLACEHOLDER_KEY, TEXT_PLACEHOLDER
 
 __all__ = [
     "OBSERVED_BODY_BYTES",

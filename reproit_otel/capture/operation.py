@@ -84,10 +84,10 @@ from reproit_otel.capture import recording
 from reproit_otel.capture.recording import DeferredExchange, Unrecordable
 from reproit_otel.config import CAPTURE_MAX_EVENTS_CEILING
 from reproit_otel.errors import TraceError
+from reproit_otel.redaction.core import redact, scrub_secret_values, scrub_value
 from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.exact_body import scrub_exact_bytes
 from reproit_otel.wire.exception import output_with_error
-from reproit_otel.wire.redaction import redact, scrub_secret_values, scrub_value
 from reproit_otel.wire.trace import (
     MAX_EVENTS,
     BackendTrace,

@@ -98,10 +98,10 @@ from reproit_otel.capture.operation import (
 from reproit_otel.config import EffectsCompleteMode, ReproitConfig, load_config
 from reproit_otel.errors import TraceError
 from reproit_otel.failures import frame_roots, record_exception
+from reproit_otel.redaction.core import scrub_secret_values, scrub_value
 from reproit_otel.wire.canonical import canonical_json_bytes
 from reproit_otel.wire.exception import exception_from_stacktrace
 from reproit_otel.wire.inputs import http_input
-from reproit_otel.wire.redaction import scrub_secret_values, scrub_value
 from reproit_otel.wire.trace import (
     MAX_EVENTS,
     BackendTrace,

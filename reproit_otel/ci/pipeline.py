@@ -46,8 +46,8 @@ from reproit_otel.capture.recording import (
     watch_collections,
 )
 from reproit_otel.errors import TraceError
+from reproit_otel.redaction.core import scrub_secret_values, scrub_value
 from reproit_otel.wire._js import UNSET
-from reproit_otel.wire.redaction import scrub_secret_values, scrub_value
 from reproit_otel.wire.trace import MAX_EVENTS, BackendTrace
 
 __all__ = ["CiRecordingPipeline", "CiTrace", "current_test_trace"]

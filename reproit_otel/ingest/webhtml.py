@@ -29,8 +29,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from reproit_otel.redaction.core import PLACEHOLDER_KEY, TEXT_PLACEHOLDER
 from reproit_otel.wire.canonical import canonical_json
-from reproit_otel.wire.redaction import PLACEHOLDER_KEY, TEXT_PLACEHOLDER
 
 __all__ = [
     "MAX_DEPTH",

@@ -41,8 +41,8 @@ from reproit_otel.ingest.webhtml import (
     value_html,
 )
 from reproit_otel.ingest.weblist import short_commit, status_badge
+from reproit_otel.redaction.core import TEXT_PLACEHOLDER
 from reproit_otel.wire.exception import error_of_output, exception_kind
-from reproit_otel.wire.redaction import TEXT_PLACEHOLDER
 
 __all__ = ["BatchView", "occurrence_html", "replay_commands"]
 

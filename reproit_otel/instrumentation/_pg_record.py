@@ -105,7 +105,7 @@ from reproit_otel.instrumentation._pg_statement import (
     error_response,
 )
 from reproit_otel.instrumentation._pg_values import encode_params
-from reproit_otel.wire.sql_redaction import redact_sql_values
+from reproit_otel.redaction.sql import redact_sql_values
 
 __all__ = [
     "RecordingConnection",

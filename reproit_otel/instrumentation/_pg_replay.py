@@ -68,10 +68,10 @@ from reproit_otel.instrumentation._pg_serve import (
 )
 from reproit_otel.instrumentation._pg_transplant import transplant
 from reproit_otel.instrumentation._pg_values import column_keys, decode_value, encode_params
+from reproit_otel.redaction.sql import redact_sql_values
 from reproit_otel.replay.session import active_session
 from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.replay import pg_probe
-from reproit_otel.wire.sql_redaction import redact_sql_values
 from reproit_otel.wire.statements import DEFAULT_PARAMETERS
 
 __all__ = [

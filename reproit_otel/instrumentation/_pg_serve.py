@@ -23,9 +23,9 @@ from reproit_otel.capture.recording import registered_secret_values
 from reproit_otel.errors import DivergedError
 from reproit_otel.instrumentation._exceptions import allowed_exception_classes
 from reproit_otel.instrumentation._pg_common import TRUNCATED_MESSAGE, effect_key
+from reproit_otel.redaction.core import scrub_value
 from reproit_otel.replay.session import active_session, report_divergence
 from reproit_otel.wire._js import UNSET
-from reproit_otel.wire.redaction import scrub_value
 from reproit_otel.wire.replay import PG_DIVERGED_MESSAGE, ReplaySession, pg_probe
 from reproit_otel.wire.statements import default_response, setting_change, statement_scope
 

@@ -32,9 +32,9 @@ from reproit_otel.instrumentation._pg_values import (
     encode_params,
     encode_value,
 )
+from reproit_otel.redaction.sql import redact_sql_values, redacted_originals, scrub_echoes
 from reproit_otel.wire._js import _JS_SPACE
 from reproit_otel.wire.bounds import MAX_PG_ROWS
-from reproit_otel.wire.sql_redaction import redact_sql_values, redacted_originals, scrub_echoes
 from reproit_otel.wire.statements import CONNECTION_SCOPE, SCOPE_FIELD, statement_scope
 
 __all__ = ["build_row", "error_response"]

@@ -72,14 +72,14 @@ from reproit_otel.instrumentation._requests_body import (
     _observe_request_body,
 )
 from reproit_otel.instrumentation._requests_reads import _BodyReads, _drained
-from reproit_otel.wire.body_redaction import redact_text_body
+from reproit_otel.redaction.body import redact_text_body
+from reproit_otel.redaction.core import redact_url, redact_urls_in_text
 from reproit_otel.wire.bounds import (
     bounded_body,
     bounded_headers,
     is_event_stream,
 )
 from reproit_otel.wire.exact_body import EXACT_BYTES_FIELD
-from reproit_otel.wire.redaction import redact_url, redact_urls_in_text
 from reproit_otel.wire.urls import url_path_and_query
 
 __all__ = [

@@ -29,10 +29,10 @@ from urllib3.response import HTTPResponse
 
 from reproit_otel.instrumentation._exceptions import allowed_exception_classes
 from reproit_otel.instrumentation._requests_record import recorded_url
+from reproit_otel.redaction.body import redact_text_body
+from reproit_otel.redaction.core import scrub_secret_values, scrub_value
 from reproit_otel.wire._js import UNSET
-from reproit_otel.wire.body_redaction import redact_text_body
 from reproit_otel.wire.matching import try_json
-from reproit_otel.wire.redaction import scrub_secret_values, scrub_value
 from reproit_otel.wire.replay import ReplaySession, ServedResponse, serve_http
 
 __all__ = [

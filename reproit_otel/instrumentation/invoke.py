@@ -109,6 +109,7 @@ from reproit_otel.instrumentation._invoke_values import (
     round_trip,
     validate_output,
 )
+from reproit_otel.redaction.core import redact, scrub_keys_and_values, scrub_secret_values
 from reproit_otel.replay.session import active_session, report_divergence
 from reproit_otel.wire.invoke import (
     INVOKE_PROTOCOL,
@@ -116,10 +117,8 @@ from reproit_otel.wire.invoke import (
     fixture_key,
     invoke_request,
     read_outcome,
-    scrub_keys_and_values,
     success_response,
 )
-from reproit_otel.wire.redaction import redact, scrub_secret_values
 from reproit_otel.wire.replay import ReplaySession, divergence_line, divergence_report
 
 __all__ = [

@@ -31,11 +31,11 @@ import binascii
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from reproit_otel.redaction.core import redact
 from reproit_otel.wire._js import UNSET, utf8_bytes
 from reproit_otel.wire._jsparse import js_json_parse
 from reproit_otel.wire.bounds import MAX_BODY_BYTES, bounded_body
 from reproit_otel.wire.canonical import canonical_json, ordered_json
-from reproit_otel.wire.redaction import redact
 
 __all__ = ["EXACT_BYTES_FIELD", "exact_body", "scrub_exact_bytes", "served_bytes"]
 
@@ -75,7 +75,7 @@ def exact_body(data: bytes, content_type: Any = UNSET) -> dict[str, Any]:
 def scrub_exact_bytes(exchange: Any, secrets: Iterable[str]) -> Any:
     """``exchange`` without ``response.bodyBase64`` when a secret value is in those bytes.
 
-    The text fields are scrubbed by :func:`~reproit_otel.wire.redaction.scrub_value`; the
+    The text fields are scrubbed by :func:`~reproit_otel.redaction.core.scrub_value`; the
     exact bytes are base64 and cannot be, so they are dropped instead (the lossy ``body``,
     scrubbed, is what a replay then serves). Returns ``exchange`` itself when nothing changes.
     """

@@ -43,7 +43,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
-from reproit_otel.wire.redaction import TEXT_PLACEHOLDER, is_secret_key, scrub_secret_values
+from reproit_otel.redaction.text import scrub_message
 
 __all__ = [
     "MAX_CHAIN",
@@ -59,7 +59,6 @@ __all__ = [
     "innermost_application_frame",
     "output_with_error",
     "same_failure",
-    "scrub_message",
     "short_type",
 ]
 
@@ -104,22 +103,6 @@ class FrameRoots:
 def _folder(path: str) -> str:
     normalized = os.path.normpath(path)
     return normalized if normalized.endswith(os.sep) else normalized + os.sep
-
-
-_PAIR = re.compile(r"(?P<name>[A-Za-z0-9_.%+\-\[\]]+)=(?P<value>[^&\s#'\"<>;,)]+)")
-
-
-def scrub_message(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with configured secret values and secret-named ``name=value`` values replaced."""
-    text = scrub_secret_values(text, secrets)
-
-    def replace(match: re.Match[str]) -> str:
-        value = match.group("value")
-        if value == TEXT_PLACEHOLDER or not is_secret_key(match.group("name")):
-            return match.group(0)
-        return f"{match.group('name')}={TEXT_PLACEHOLDER}"
-
-    return _PAIR.sub(replace, text) if "=" in text else text
 
 
 def short_type(type_name: str) -> str:

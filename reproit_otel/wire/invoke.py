@@ -29,14 +29,13 @@ directory. Everything here is pure: no I/O, no OpenTelemetry.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final, Literal, TypedDict
 
 from reproit_otel.wire._js import code_point_cut, utf8_bytes
 from reproit_otel.wire.bounds import MAX_BODY_BYTES
 from reproit_otel.wire.canonical import canonical_json
 from reproit_otel.wire.matching import wildcards_as_one
-from reproit_otel.wire.redaction import scrub_secret_values
 
 __all__ = [
     "INVOKE_PROTOCOL",
@@ -47,7 +46,6 @@ __all__ = [
     "fixture_key",
     "invoke_request",
     "read_outcome",
-    "scrub_keys_and_values",
     "success_response",
 ]
 
@@ -161,42 +159,6 @@ def read_outcome(response: Any) -> Outcome:
         }
         return {"kind": "error", "data": None, "error": fields}
     return {"kind": "invalid", "data": None, "error": None}
-
-
-def scrub_keys_and_values(value: Any, secrets: Iterable[str]) -> Any:
-    """A copy of the JSON ``value`` with secret values replaced in every string, keys too.
-
-    Uses :func:`~reproit_otel.wire.redaction.scrub_secret_values` (values shorter than four
-    code points are ignored). Tuples come back as lists.
-    """
-    usable = tuple(secrets)
-    if not usable:
-        return value
-
-    def copy(child: Any) -> tuple[Any, bool]:
-        if isinstance(child, str):
-            return scrub_secret_values(child, usable), False
-        if isinstance(child, Mapping):
-            return {}, True
-        if isinstance(child, (list, tuple)):
-            return [], True
-        return child, False
-
-    root, is_container = copy(value)
-    pending: list[tuple[Any, Any]] = [(value, root)] if is_container else []
-    while pending:
-        source, target = pending.pop()
-        items = source.items() if isinstance(source, Mapping) else enumerate(source)
-        for key, child in items:
-            duplicate, nested = copy(child)
-            if nested:
-                pending.append((child, duplicate))
-            if isinstance(target, dict):
-                name = scrub_secret_values(key, usable) if isinstance(key, str) else key
-                target[name] = duplicate
-            else:
-                target.append(duplicate)
-    return root
 
 
 def fixture_key(tool: str, op: str, input_value: Any) -> str:

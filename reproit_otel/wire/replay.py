@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any, Final, TypedDict
 
 from reproit_otel.errors import CapsuleError, DivergedError, RecordedPgError
+from reproit_otel.redaction.core import redact, redact_url, scrub_value
 from reproit_otel.wire._js import UNSET, is_js_integer, js_string
 from reproit_otel.wire._jsparse import js_json_parse
 from reproit_otel.wire.fresh import generated_uuid_in, url_shape
@@ -62,7 +63,6 @@ from reproit_otel.wire.matching import (
     request_matches,
     strict_equal,
 )
-from reproit_otel.wire.redaction import redact, redact_url, scrub_value
 from reproit_otel.wire.replay_answer import (
     DIVERGENCE_STATUS,
     ServedResponse,

@@ -71,9 +71,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from reproit_otel.errors import TraceError
+from reproit_otel.redaction.core import redact
 from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.canonical import canonical_json_bytes
-from reproit_otel.wire.redaction import redact
 from reproit_otel.wire.trace_context import (
     ACTION_HEADER,
     ACTOR_HEADER,

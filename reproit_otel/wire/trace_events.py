@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
+from reproit_otel.redaction.core import redact
 from reproit_otel.wire._js import UNSET, code_point_cut, js_string
-from reproit_otel.wire.redaction import redact
 
 __all__ = [
     "AGENT_ORACLES",

@@ -39,8 +39,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from reproit_otel.errors import TraceError
+from reproit_otel.redaction.core import redact
 from reproit_otel.wire._js import UNSET
-from reproit_otel.wire.redaction import redact
 from reproit_otel.wire.trace_events import MAX_EVENTS, TraceEvent
 
 __all__ = ["EventLog", "Stamp", "reset_sequence", "stamp_now"]

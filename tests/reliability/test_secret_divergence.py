@@ -45,14 +45,14 @@ from reproit_otel import secrets
 from reproit_otel.capture.uploader import Uploader
 from reproit_otel.errors import DivergedError, MissingFixtureError
 from reproit_otel.instrumentation.invoke import boundary, use_tracer_provider
-from reproit_otel.replay import install_replay, uninstall_replay
-from reproit_otel.wire.capsule import capsule_from_batch
-from reproit_otel.wire.redaction import (
+from reproit_otel.redaction.core import (
     SECRET_PARTS,
     is_secret_key,
     placeholder,
     redact,
 )
+from reproit_otel.replay import install_replay, uninstall_replay
+from reproit_otel.wire.capsule import capsule_from_batch
 from tests.integration.loopback_ingest import LoopbackIngest
 from tests.integration.upstream import Upstream
 from tests.reliability.harness import fetch, served

@@ -34,7 +34,7 @@ from reproit_otel import bootstrap, secrets
 from reproit_otel.config import read_config
 from reproit_otel.errors import MissingFixtureError, ToolCallError
 from reproit_otel.instrumentation.invoke import boundary
-from reproit_otel.wire.redaction import SECRET_PARTS, is_secret_key
+from reproit_otel.redaction.core import SECRET_PARTS, is_secret_key
 
 MARKER = "visible-marker-b71e"
 DIVERGENCE = "REPROIT:DIVERGENCE "

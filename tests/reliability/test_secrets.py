@@ -48,8 +48,8 @@ from reproit_otel import secrets as reproit_secrets
 from reproit_otel.capture.uploader import Uploader
 from reproit_otel.ci.spool import Spool, ci_capsule
 from reproit_otel.instrumentation.invoke import boundary
+from reproit_otel.redaction.core import SECRET_PARTS, is_secret_key
 from reproit_otel.wire.capsule import capsule_from_batch, capsule_text
-from reproit_otel.wire.redaction import SECRET_PARTS, is_secret_key
 from tests.integration.loopback_ingest import LoopbackIngest
 from tests.integration.served_ingest import ServedIngest, cli_command
 from tests.integration.upstream import Upstream

@@ -36,9 +36,9 @@ from flask import Flask, jsonify
 
 from reproit_otel.capture.uploader import Uploader
 from reproit_otel.errors import DivergedError
+from reproit_otel.redaction.core import placeholder
 from reproit_otel.replay import install_replay, uninstall_replay
 from reproit_otel.wire.capsule import capsule_from_batch, capsule_text
-from reproit_otel.wire.redaction import placeholder
 from tests.integration.loopback_ingest import LoopbackIngest
 from tests.integration.upstream import closed_port
 from tests.reliability.harness import fetch, served

@@ -16,6 +16,13 @@ from typing import Any
 
 import pytest
 
+from reproit_otel.redaction.core import (
+    PLACEHOLDER_KEY,
+    SECRET_PARTS,
+    is_secret_key,
+    placeholder,
+    redact,
+)
 from reproit_otel.wire.bounds import (
     MAX_BODY_BYTES,
     MAX_HEADERS,
@@ -24,13 +31,6 @@ from reproit_otel.wire.bounds import (
     bounded_headers,
 )
 from reproit_otel.wire.canonical import canonical_json, canonical_json_bytes
-from reproit_otel.wire.redaction import (
-    PLACEHOLDER_KEY,
-    SECRET_PARTS,
-    is_secret_key,
-    placeholder,
-    redact,
-)
 from tests.vectors import load_vector
 
 VECTORS: dict[str, Any] = load_vector("capture-behavior-v1.json")

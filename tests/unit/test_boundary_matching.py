@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from reproit_otel.redaction.core import placeholder
 from reproit_otel.wire.matching import operation_key, request_matches, wildcards_as_one
-from reproit_otel.wire.redaction import placeholder
 from reproit_otel.wire.replay import ReplaySession
 
 

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import hashlib
 
+from reproit_otel.redaction.core import placeholder, scrub_keys_and_values
 from reproit_otel.wire.canonical import canonical_json
 from reproit_otel.wire.invoke import (
     failure_response,
     fixture_key,
     invoke_request,
     read_outcome,
-    scrub_keys_and_values,
     success_response,
 )
-from reproit_otel.wire.redaction import placeholder
 
 
 def test_request_and_responses() -> None:

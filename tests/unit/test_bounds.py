@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from reproit_otel.redaction.core import placeholder, redact
 from reproit_otel.wire._js import UNSET
 from reproit_otel.wire._jsparse import js_json_parse
 from reproit_otel.wire.bounds import (
@@ -32,7 +33,6 @@ from reproit_otel.wire.bounds import (
     js_lower,
 )
 from reproit_otel.wire.canonical import canonical_json
-from reproit_otel.wire.redaction import placeholder, redact
 from tests.vectors import golden_cases
 
 BODY_CASES = golden_cases("bounded_body.json")

@@ -14,6 +14,7 @@ import pytest
 from reproit_otel._local_log import LocalFallbackHandler
 from reproit_otel.exception_verdict import judge_exception, recorded_exception, replayed_exception
 from reproit_otel.failures import exception_marker_line
+from reproit_otel.redaction.text import scrub_message
 from reproit_otel.wire.exception import (
     MAX_EXCEPTION_BYTES,
     MAX_FRAMES,
@@ -25,7 +26,6 @@ from reproit_otel.wire.exception import (
     exception_record,
     output_with_error,
     same_failure,
-    scrub_message,
 )
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -15,9 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reproit_otel.wire._js import UNSET
-from reproit_otel.wire.canonical import canonical_json
-from reproit_otel.wire.redaction import (
+from reproit_otel.redaction.core import (
     MIN_SECRET_LENGTH,
     PLACEHOLDER_KEY,
     SECRET_PARTS,
@@ -29,6 +27,8 @@ from reproit_otel.wire.redaction import (
     scrub_secret_values,
     scrub_value,
 )
+from reproit_otel.wire._js import UNSET
+from reproit_otel.wire.canonical import canonical_json
 from tests.unit.reference_json import parse_reference_json
 from tests.vectors import golden_cases
 

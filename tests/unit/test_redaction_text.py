@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 
-from reproit_otel.verdict import recorded_request
-from reproit_otel.wire.body_redaction import redact_text_body
-from reproit_otel.wire.redaction import (
+from reproit_otel.redaction.body import redact_text_body
+from reproit_otel.redaction.core import (
     SERVICE_SECRET_PARTS,
     is_secret_key,
     placeholder,
@@ -18,12 +17,13 @@ from reproit_otel.wire.redaction import (
     redact_url,
     redact_urls_in_text,
 )
-from reproit_otel.wire.sql_redaction import (
+from reproit_otel.redaction.sql import (
     redact_sql_values,
     redacted_originals,
     scrub_echoes,
     secret_bindings,
 )
+from reproit_otel.verdict import recorded_request
 
 FORM = "application/x-www-form-urlencoded"
 

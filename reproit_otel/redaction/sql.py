@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from reproit_otel.wire.redaction import (
+from reproit_otel.redaction.core import (
     MIN_SECRET_LENGTH,
     PLACEHOLDER_KEY,
     TEXT_PLACEHOLDER,
@@ -289,7 +289,7 @@ def redacted_originals(text: str, values: Any) -> list[str]:
     """The text of every parameter :func:`redact_sql_values` or key-name redaction hides.
 
     These are the values an error message may echo; only those of at least
-    :data:`~reproit_otel.wire.redaction.MIN_SECRET_LENGTH` characters are returned.
+    :data:`~reproit_otel.redaction.core.MIN_SECRET_LENGTH` characters are returned.
     """
     found: list[str] = []
     if not isinstance(values, (list, dict)) or not values:

@@ -91,6 +91,7 @@ __all__ = [
     "redact_form",
     "redact_url",
     "redact_urls_in_text",
+    "scrub_keys_and_values",
     "scrub_secret_values",
     "scrub_value",
 ]
@@ -425,3 +426,39 @@ def scrub_value(value: Any, secrets: Iterable[str]) -> Any:
                 if is_container:
                     pending.append((child, copy))
     return result
+
+
+def scrub_keys_and_values(value: Any, secrets: Iterable[str]) -> Any:
+    """A copy of the JSON ``value`` with secret values replaced in every string, keys too.
+
+    Uses :func:`scrub_secret_values` (values shorter than four
+    code points are ignored). Tuples come back as lists.
+    """
+    usable = tuple(secrets)
+    if not usable:
+        return value
+
+    def copy(child: Any) -> tuple[Any, bool]:
+        if isinstance(child, str):
+            return scrub_secret_values(child, usable), False
+        if isinstance(child, Mapping):
+            return {}, True
+        if isinstance(child, (list, tuple)):
+            return [], True
+        return child, False
+
+    root, is_container = copy(value)
+    pending: list[tuple[Any, Any]] = [(value, root)] if is_container else []
+    while pending:
+        source, target = pending.pop()
+        items = source.items() if isinstance(source, Mapping) else enumerate(source)
+        for key, child in items:
+            duplicate, nested = copy(child)
+            if nested:
+                pending.append((child, duplicate))
+            if isinstance(target, dict):
+                name = scrub_secret_values(key, usable) if isinstance(key, str) else key
+                target[name] = duplicate
+            else:
+                target.append(duplicate)
+    return root

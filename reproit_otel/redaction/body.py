@@ -1,12 +1,12 @@
 """Redaction of text bodies by the names inside them (decision D8, beyond section 3).
 
-Structural redaction (:func:`reproit_otel.wire.redaction.redact`) sees the keys of a JSON
+Structural redaction (:func:`reproit_otel.redaction.core.redact`) sees the keys of a JSON
 value; a body recorded as text hides its names from it. :func:`redact_text_body` opens the
 two kinds of text that carry names:
 
 * an ``application/x-www-form-urlencoded`` body (an OAuth token request or response, a
   login form) has the value of every secret-named field replaced by ``$reproit``, as a
-  query string is (:func:`~reproit_otel.wire.redaction.redact_form`)::
+  query string is (:func:`~reproit_otel.redaction.core.redact_form`)::
 
       redact_text_body("grant_type=password&password=hunter2", "application/x-www-form-urlencoded")
       # "grant_type=password&password=$reproit"
@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from reproit_otel.redaction.core import redact, redact_form
 from reproit_otel.wire._jsparse import js_json_parse
-from reproit_otel.wire.redaction import redact, redact_form
 
 __all__ = ["FORM_TYPE", "is_form", "redact_text_body"]
 
