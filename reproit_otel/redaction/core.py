@@ -13,8 +13,10 @@ replays (the matcher walks the recorded body and wildcards only the placeholder 
     #  "lines": [{"apiKey": {"$reproit": {"redacted": True, "type": "string", "length": 1}}}]}
 
 * Every key survives at its own depth; arrays keep their length; ``None`` stays ``None``.
-* A value that is a placeholder already (redacted earlier, by a text or SQL rule) stays that
-  placeholder, so redacting twice changes nothing.
+* The value of a secret key is replaced whatever it is, a placeholder included (section
+  3.2 makes no exception): a placeholder an earlier rule (text, form, SQL) put under a secret
+  key becomes the placeholder of an object, as the reference makes it. A placeholder under a
+  key that is not secret is walked like any object and stays as it is.
 * :data:`~reproit_otel.wire._js.UNSET` (JavaScript ``undefined``) becomes ``None``.
 * Keys that are not strings are named as JavaScript names them (``String(key)``).
 * The walk uses an explicit stack: thousands of nesting levels neither overflow the
@@ -247,7 +249,7 @@ def redact(value: Any) -> Any:
             for key, child in source.items():
                 name = key if isinstance(key, str) else js_string(key)
                 if _is_secret_name(name):
-                    target[name] = child if is_placeholder(child) else placeholder(child)
+                    target[name] = placeholder(child)
                     continue
                 if type(child) in _PLAIN:
                     target[name] = child

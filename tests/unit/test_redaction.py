@@ -137,6 +137,21 @@ def test_is_secret_key_folds_the_name(name: Any, secret: bool) -> None:
     assert is_secret_key(name) is secret
 
 
+def test_a_placeholder_under_a_secret_key_is_replaced_like_any_value() -> None:
+    # Section 3.2 (decision D1): a secret key's value is replaced whatever it is; an earlier
+    # placeholder there becomes the placeholder of an object. Elsewhere it is walked as is.
+    earlier = placeholder("hunter2")
+    value = {"password": earlier, "note": earlier, "rows": [{"token": earlier}]}
+    assert redact(value) == {
+        "password": _stub("object"),
+        "note": earlier,
+        "rows": [{"token": _stub("object")}],
+    }
+    assert canonical_json(redact({"apiKey": {"$reproit": True}})) == (
+        '{"apiKey":{"$reproit":{"length":null,"redacted":true,"type":"object"}}}'
+    )
+
+
 def test_redact_keeps_shape_and_turns_unset_into_null() -> None:
     value = {
         "order": {
