@@ -46,8 +46,11 @@ def _context(trace_id: str = "trace-a", **fields: Any) -> TraceContext:
 
 
 def _d7_span_id(trace_id: str, operation: str) -> str:
-    digest = hashlib.sha256(operation.encode("utf-8")).hexdigest()[:24]
-    return f"{trace_id}:sha256:{digest}"
+    """Decision D7: ``<traceId>:sha256:<24 hex of the operation>``, or where the trace id is
+    too long for that to fit in 128 code points, ``sha256:<24 hex>`` alone."""
+    hashed = "sha256:" + hashlib.sha256(operation.encode("utf-8")).hexdigest()[:24]
+    with_trace = f"{trace_id}:{hashed}"
+    return with_trace if len(with_trace) <= 128 else hashed
 
 
 # --- trace_header.json ------------------------------------------------------------------------
@@ -336,12 +339,22 @@ def test_d7_counts_code_points_not_utf16_units() -> None:
     assert BackendTrace.begin(_context("t"), operation).span_id == f"t:{operation}"
 
 
-def test_d7_very_long_trace_id_still_yields_a_bounded_span_id() -> None:
-    trace_id = "x" * 120
-    trace = BackendTrace.begin(_context(trace_id), "GET /a/long/enough/path")
-    digest = hashlib.sha256(f"{trace_id}:GET /a/long/enough/path".encode()).hexdigest()[:24]
-    assert trace.span_id == f"sha256:{digest}"
-    assert trace.events[0]["traceId"] == trace_id
+def test_d7_a_trace_id_too_long_for_the_hashed_span_id_leaves_the_hash_alone() -> None:
+    # The spec's D7: where <traceId>:sha256:<24 hex> would still pass 128 code points, the
+    # span id is sha256: and the 24 hex of the operation alone.
+    operation = "GET /a/long/enough/path/" + "p" * 20
+    digest = hashlib.sha256(operation.encode()).hexdigest()[:24]
+    for length in (97, 120, 128):
+        trace_id = "x" * length
+        trace = BackendTrace.begin(_context(trace_id), operation)
+        assert trace.span_id == f"sha256:{digest}" == _d7_span_id(trace_id, operation)
+        assert trace.events[0]["traceId"] == trace_id
+        assert trace.events[0]["spanId"] == trace.span_id
+    # At 96 code points the trace id still fits beside the hash.
+    trace_id = "x" * 96
+    assert BackendTrace.begin(_context(trace_id), operation).span_id == (
+        f"{trace_id}:sha256:{digest}"
+    )
 
 
 @pytest.mark.parametrize("span_id", ["", "   ", "x" * 129])
