@@ -25,7 +25,14 @@ from psycopg2 import extensions as _ext
 from reproit_otel._guard import absorb
 from reproit_otel.capture import recording
 from reproit_otel.instrumentation._exceptions import exception_type_name
-from reproit_otel.instrumentation._pg_common import RESOURCE, column_entry, effect_key, effect_kind
+from reproit_otel.instrumentation._pg_common import (
+    RESOURCE,
+    column_entry,
+    command_word,
+    effect_key,
+    effect_kind,
+    status_message,
+)
 from reproit_otel.instrumentation._pg_values import (
     UnsupportedValue,
     column_keys,
@@ -239,7 +246,15 @@ def _encode_rows(names: list[str], rows: list[tuple[Any, ...]]) -> list[dict[str
 def _result_response(
     command: Any, row_count: int, description: Any, rows: list[dict[str, Any]], total: int
 ) -> dict[str, Any]:
-    response: dict[str, Any] = {"command": command, "rowCount": row_count, "rows": rows}
+    # The reference's shape (PROTOCOL 4.4): the command word, and the rows when the driver
+    # knows no count (psycopg2's -1).
+    count = row_count if row_count >= 0 else len(rows)
+    word = command_word(command)
+    response: dict[str, Any] = {"command": word, "rowCount": count, "rows": rows}
+    if isinstance(command, str) and status_message(word, count) != command:
+        # psycopg2's status says more than the word and count (CREATE TABLE, DECLARE CURSOR):
+        # kept beside them so replay shows the same statusmessage.
+        response["status"] = command
     if total > MAX_PG_ROWS:
         response["truncated"] = True
     response["columns"] = (
