@@ -61,8 +61,14 @@ from tests.vectors import golden_cases, load_vector
 
 RUNTIME = "python 3.11.4"
 CASES = golden_cases("capture_payload.json")
-BATCH_CASES = [case for case in CASES if case["name"].startswith("batch.")]
-PAYLOAD_CASES = [case for case in CASES if case["name"].startswith("capturePayload.")]
+# By what a case holds, not by its name: a capture run (steps and the batch posted) or a
+# capsule-equivalent payload of given events (its canonical bytes).
+BATCH_CASES = [case for case in CASES if "steps" in case["input"]]
+PAYLOAD_CASES = [case for case in CASES if "canonical" in case["expect"]]
+
+
+def test_every_capture_payload_case_has_an_adapter() -> None:
+    assert len(BATCH_CASES) + len(PAYLOAD_CASES) == len(CASES)
 
 
 def _ids(cases: list[dict[str, Any]]) -> list[str]:
