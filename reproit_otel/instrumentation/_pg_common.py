@@ -16,10 +16,19 @@ recording) and read the same ``response`` fields:
 * A ``columns`` entry per result column is ``[name, type_code, display_size, internal_size,
   precision, scale, null_ok, table_oid, table_column]`` (``cursor.description``); ``null`` when
   the statement returned no result set.
+* ``command`` is the command word, as the reference records it (``command_word``: ``SELECT``,
+  ``INSERT``, ``CREATE``), not psycopg2's whole status (``INSERT 0 1``, ``CREATE TABLE``);
+  ``rowCount`` is psycopg2's ``rowcount`` when it knows one, else the number of rows (so a
+  statement without a count, DDL or ``BEGIN``, records ``0``, as the reference does). Where
+  psycopg2's status says more than the word and the count (``CREATE TABLE``, ``DECLARE
+  CURSOR``) it is kept as ``status`` beside them. Replay shows that ``status``, else rebuilds
+  ``statusmessage`` from the word and the count (``status_message``), and ``rowcount`` with
+  ``driver_rowcount``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -31,9 +40,12 @@ __all__ = [
     "TRUNCATED_MESSAGE",
     "callproc_text",
     "column_entry",
+    "command_word",
+    "driver_rowcount",
     "effect_key",
     "effect_kind",
     "statement_text",
+    "status_message",
 ]
 
 LIBRARY: Final = "psycopg2"
@@ -49,6 +61,46 @@ TRUNCATED_MESSAGE: Final = (
 """The :class:`~reproit_otel.errors.DivergedError` message of a truncated recorded result."""
 
 _KEY_UNITS = 256
+
+_COMMAND_WORD = re.compile(r"[A-Za-z]+")
+# Command tags that end in a row count (PostgreSQL's CommandComplete); INSERT has an OID first.
+_COUNTED: Final = frozenset(
+    {"SELECT", "INSERT", "UPDATE", "DELETE", "MERGE", "MOVE", "FETCH", "COPY"}
+)
+
+
+def command_word(status: Any) -> str | None:
+    """The ``command`` the reference records for a status (``"INSERT 0 1"`` -> ``"INSERT"``):
+    its leading ASCII letters, ``None`` when it has none."""
+    if not isinstance(status, str):
+        return None
+    found = _COMMAND_WORD.match(status)
+    return None if found is None else found.group()
+
+
+def status_message(command: Any, row_count: Any) -> Any:
+    """The ``statusmessage`` psycopg2 shows for a recorded ``command`` and ``rowCount``.
+
+    A command of more than one word (a capsule recorded before the command word, or a
+    documented default answer) is the status itself.
+    """
+    if not isinstance(command, str) or " " in command:
+        return command
+    word = command.upper()
+    if word in _COUNTED and isinstance(row_count, int) and not isinstance(row_count, bool):
+        return f"INSERT 0 {row_count}" if word == "INSERT" else f"{command} {row_count}"
+    return command
+
+
+def driver_rowcount(command: Any, row_count: Any, has_result: bool) -> int:
+    """The ``rowcount`` psycopg2 shows: the rows of a result, the count of a counted command,
+    else ``-1`` (DDL, ``BEGIN``, ``SET``: psycopg2 knows no count there)."""
+    if not isinstance(row_count, int) or isinstance(row_count, bool):
+        return -1
+    if has_result or row_count < 0:
+        return row_count
+    word = command.split(" ", 1)[0].upper() if isinstance(command, str) else ""
+    return row_count if word in _COUNTED else -1
 
 
 def statement_text(query: Any, render: Any = None) -> str:

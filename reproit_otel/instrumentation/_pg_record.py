@@ -26,6 +26,10 @@ What is recorded, per statement (one exchange each, PROTOCOL 4.4, decision D11):
   ``columns``, rows keyed by column name (see :mod:`._pg_values` for value encoding);
 * a failing call: ``{"error": {"message", "code" (pgcode), "type", "pgerror"}}``, and the
   exception is re-raised unchanged with its traceback.
+* a connection-scope statement (:func:`~reproit_otel.wire.statements.statement_scope`: a
+  transaction bracket, a savepoint, ``SET``/``SHOW``, the pre-ping, a version or ``pg_type``
+  probe) is marked ``"scope": "connection"`` on its exchange, so replay answers it whenever
+  it is asked instead of in order; every other exchange replays strictly.
 
 ``copy_expert``/``copy_from``/``copy_to`` cannot be recorded: they mark the operation
 incomplete, and so does a statement on an asynchronous (``async_=True``) connection. A value

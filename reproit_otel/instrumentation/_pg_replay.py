@@ -16,21 +16,27 @@ Rows are built as the C cursor builds them (``row_factory(cursor)`` then ``row[i
 except that a ``RealDictRow`` factory, which only accepts a real C cursor, is filled by column
 name. A named cursor shows its ``description`` from the first fetch, as a live one does.
 
-Served results: ``statusmessage`` is the recorded command tag, ``rowcount`` the recorded row
-count (for a named cursor, the rows fetched so far), ``description`` the recorded columns, and
-rows come back with the recorded Python types. A recorded error is raised as the same
-psycopg2 class (``psycopg2.errors.lookup(pgcode)`` or the recorded class name) with its
-``pgcode`` and ``pgerror`` (``diag`` is empty). A call the recording does not hold raises
+Served results: ``statusmessage`` is the recorded ``status`` when there is one (``CREATE
+TABLE``), else rebuilt from the recorded command word and row count (``INSERT 0 1``,
+``SELECT 3``; a command recorded by another SDK without a count is its word alone),
+``rowcount`` the recorded row count (``-1`` for a command without one; for a named cursor, the
+rows fetched so far), ``description`` the recorded columns, and rows come back with the
+recorded Python types. A recorded error is raised as the same psycopg2 class
+(``psycopg2.errors.lookup(pgcode)`` or the recorded class name) with its ``pgcode`` and
+``pgerror`` (``diag`` is empty). A call the recording does not hold raises
 :class:`~reproit_otel.errors.DivergedError` after its ``REPROIT:DIVERGENCE`` line was written,
-and so does a result truncated at capture (more than 64 rows: the missing rows are unknown,
-so replay fails closed, as it does for a truncated HTTP body). ``copy_*`` and large objects
-cannot be replayed and diverge. Transactions (``commit``, ``rollback``, ``autocommit``,
-``with conn:``) are accepted and do nothing.
+and so does a result truncated at capture (more than 64 rows: the missing rows are unknown, so
+replay fails closed, as it does for a truncated HTTP body). ``copy_*`` and large objects cannot
+be replayed and diverge. Transactions (``commit``, ``rollback``, ``autocommit``, ``with
+conn:``) are accepted and do nothing.
 
 Connection-scope statements (:mod:`reproit_otel.wire.statements`: transaction brackets,
 savepoints, ``SET``/``SHOW``/``set_config``, the ``SELECT 1`` pre-ping, version and ``pg_type``
-probes) are answered by the ambient rule: the recorded answer with the same text (savepoint
-names aside), else the documented default, never consuming a recorded exchange. The stub
+probes) that the recording holds no unconsumed data exchange for are answered by the ambient
+rule: the answer capture marked as connection scope (or a warm connection carried as
+``setup``) with the same text (savepoint names aside), else the documented default, never
+consuming a recorded exchange. A statement the recording does hold an unconsumed data
+exchange for is matched strictly, whatever its text, as the reference matches it. The stub
 connection's server parameters start from
 :data:`~reproit_otel.wire.statements.DEFAULT_PARAMETERS` and follow ``SET``/``set_config``.
 Before the recorded request has begun (``reproit_otel.replay.request_window``), any other
@@ -51,7 +57,12 @@ import psycopg2
 from psycopg2 import extensions as _ext
 
 from reproit_otel.instrumentation import _pg_offline as offline
-from reproit_otel.instrumentation._pg_common import callproc_text, statement_text
+from reproit_otel.instrumentation._pg_common import (
+    callproc_text,
+    driver_rowcount,
+    statement_text,
+    status_message,
+)
 from reproit_otel.instrumentation._pg_record import (
     RecordingConnection,
     RecordingCursor,
@@ -380,9 +391,11 @@ class StubCursor:
             first = raw_rows[0] if raw_rows and isinstance(raw_rows[0], Mapping) else None
             columns = [[name] for name in first] if first is not None else None
         description = None if columns is None else tuple(_column(c) for c in columns)
-        self.statusmessage = response.get("command")
+        command = response.get("command")
         count = response.get("rowCount")
-        self.rowcount = count if isinstance(count, int) else -1
+        status = response.get("status")
+        self.statusmessage = status if isinstance(status, str) else status_message(command, count)
+        self.rowcount = driver_rowcount(command, count, description is not None)
         self.rownumber = 0
         if description is None:
             self._reproit_rows = None

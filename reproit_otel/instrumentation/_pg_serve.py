@@ -1,8 +1,10 @@
 """Serving psycopg2 statements from the active replay session.
 
-:func:`serve` answers one statement of a stub connection: a connection-scope statement by the
-ambient rule, a statement asked before the recorded request by the before-request rule, any
-other by the next matching recorded exchange (see :mod:`._pg_replay` for the rules).
+:func:`serve` answers one statement of a stub connection: a statement the recording holds an
+unconsumed data exchange for by that exchange (strictly, whatever its text), a
+connection-scope statement it holds none for by the ambient rule, a statement asked before the
+recorded request by the before-request rule, and diverges on any other (see
+:mod:`._pg_replay` for the rules).
 A recorded error comes back as the same psycopg2 class (:func:`rebuild_error`); a statement the
 recording does not hold, or a truncated result, raises
 :class:`~reproit_otel.errors.DivergedError` after its ``REPROIT:DIVERGENCE`` line was written.
@@ -72,16 +74,24 @@ def diverge(probe: dict[str, Any], message: str = PG_DIVERGED_MESSAGE) -> Diverg
 def serve(text: str, values: Any, parameters: dict[str, str] | None = None) -> Mapping[str, Any]:
     """The recorded response for a statement, or raise as the recording says.
 
-    A connection-scope statement is answered by the ambient rule, and any statement asked
-    before the recorded request by the before-request rule (both in the module docstring);
+    Any statement asked before the recorded request is answered by the before-request rule
+    (a connection-scope one by the ambient rule); from the request on, a statement the
+    recording holds an unconsumed exchange for is matched strictly, and a connection-scope
+    statement it holds none for is answered by the ambient rule (both in the module
+    docstring);
     ``parameters`` are the asking connection's server parameters (updated by ``SET``).
     """
     session = _session()
     probe = _live_probe(session, pg_probe(text, UNSET if values is None else values))
-    if statement_scope(text, probe.get("values")) is not None:
-        return _ambient(session, probe, text, values, parameters)
+    connection_scope = statement_scope(text, probe.get("values")) is not None
     if session.usage.awaiting:
+        if connection_scope:
+            return _ambient(session, probe, text, values, parameters)
         return _before_request(session, probe, text, values, parameters)
+    # A recorded data exchange with the statement's text is matched strictly, whatever the
+    # text: the connection-scope rule answers only what the recording has no exchange for.
+    if connection_scope and not session.has_candidate("pg", probe):
+        return _ambient(session, probe, text, values, parameters)
     exchange, line = session.match_with_line("pg", probe)
     if exchange is None:
         _report(session, line)

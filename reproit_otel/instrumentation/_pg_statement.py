@@ -25,7 +25,14 @@ from psycopg2 import extensions as _ext
 from reproit_otel._guard import absorb
 from reproit_otel.capture import recording
 from reproit_otel.instrumentation._exceptions import exception_type_name
-from reproit_otel.instrumentation._pg_common import RESOURCE, column_entry, effect_key, effect_kind
+from reproit_otel.instrumentation._pg_common import (
+    RESOURCE,
+    column_entry,
+    command_word,
+    effect_key,
+    effect_kind,
+    status_message,
+)
 from reproit_otel.instrumentation._pg_values import (
     UnsupportedValue,
     column_keys,
@@ -35,6 +42,7 @@ from reproit_otel.instrumentation._pg_values import (
 from reproit_otel.redaction.sql import redact_sql_values, redacted_originals, scrub_echoes
 from reproit_otel.wire._js import _JS_SPACE
 from reproit_otel.wire.bounds import MAX_PG_ROWS
+from reproit_otel.wire.statements import CONNECTION_SCOPE, SCOPE_FIELD, statement_scope
 
 __all__ = ["build_row", "error_response"]
 
@@ -122,6 +130,10 @@ class _Statement:
             if "error" in response:
                 response = _scrubbed_error(self.text, self.params is _MANY, values, response)
             exchange = {"protocol": "pg", "request": request, "response": response}
+            if statement_scope(self.text, values) is not None:
+                # Replay answers it whenever it is asked and never consumes it (decision in
+                # docs/compatibility.md); an unmarked exchange replays strictly.
+                exchange[SCOPE_FIELD] = CONNECTION_SCOPE
             setup = getattr(self, "setup", None)
             if setup:
                 exchange["setup"] = setup
@@ -234,7 +246,15 @@ def _encode_rows(names: list[str], rows: list[tuple[Any, ...]]) -> list[dict[str
 def _result_response(
     command: Any, row_count: int, description: Any, rows: list[dict[str, Any]], total: int
 ) -> dict[str, Any]:
-    response: dict[str, Any] = {"command": command, "rowCount": row_count, "rows": rows}
+    # The reference's shape (PROTOCOL 4.4): the command word, and the rows when the driver
+    # knows no count (psycopg2's -1).
+    count = row_count if row_count >= 0 else len(rows)
+    word = command_word(command)
+    response: dict[str, Any] = {"command": word, "rowCount": count, "rows": rows}
+    if isinstance(command, str) and status_message(word, count) != command:
+        # psycopg2's status says more than the word and count (CREATE TABLE, DECLARE CURSOR):
+        # kept beside them so replay shows the same statusmessage.
+        response["status"] = command
     if total > MAX_PG_ROWS:
         response["truncated"] = True
     response["columns"] = (

@@ -13,8 +13,11 @@ replays (the matcher walks the recorded body and wildcards only the placeholder 
     #  "lines": [{"apiKey": {"$reproit": {"redacted": True, "type": "string", "length": 1}}}]}
 
 * Every key survives at its own depth; arrays keep their length; ``None`` stays ``None``.
-* A value that is a placeholder already (redacted earlier, by a text or SQL rule) stays that
-  placeholder, so redacting twice changes nothing.
+* The value of a secret key is replaced whatever it is, a placeholder that came in as data
+  included (section 3.2 makes no exception): it becomes the placeholder of an object, as the
+  reference makes it. A placeholder an earlier rule of this process (text, form, SQL) made
+  from the secret itself is kept, with its type, length and identity. A placeholder under a
+  key that is not secret is walked like any object and stays as it is.
 * :data:`~reproit_otel.wire._js.UNSET` (JavaScript ``undefined``) becomes ``None``.
 * Keys that are not strings are named as JavaScript names them (``String(key)``).
 * The walk uses an explicit stack: thousands of nesting levels neither overflow the
@@ -227,7 +230,21 @@ def placeholder(value: Any) -> Placeholder:
     body: PlaceholderBody = {"redacted": True, "type": kind, "length": length}
     if current_identity_key() is not None:
         body.update(placeholder_fields(value))  # type: ignore[typeddict-item]
-    return {PLACEHOLDER_KEY: body}
+    made: Placeholder = _MadeHere({PLACEHOLDER_KEY: body})  # type: ignore[assignment]
+    return made
+
+
+class _MadeHere(dict):  # type: ignore[type-arg]
+    """A placeholder this process made from the value it stands for.
+
+    :func:`redact` keeps such a placeholder as it is under a secret key: an earlier rule
+    (a text or form body, a SQL parameter) already replaced the secret, and placing it again
+    would lose its type, length and identity. A placeholder that came in as data (an
+    application value that happens to look like one) is a plain ``dict`` and is replaced like
+    any other value, as section 3.2 says. It encodes and compares as the dict it is.
+    """
+
+    __slots__ = ()
 
 
 def is_placeholder(value: Any) -> bool:
@@ -240,6 +257,8 @@ def is_placeholder(value: Any) -> bool:
 
 def _shell(value: Any) -> tuple[Any, bool]:
     """An empty copy of a container (True: still to fill) or the scalar as it is recorded."""
+    if type(value) is _MadeHere:  # a placeholder of this process is kept whole
+        return value, False
     if isinstance(value, Mapping):
         return {}, True
     if isinstance(value, (list, tuple)):
@@ -264,7 +283,7 @@ def redact(value: Any) -> Any:
             for key, child in source.items():
                 name = key if isinstance(key, str) else js_string(key)
                 if _is_secret_name(name):
-                    target[name] = child if is_placeholder(child) else placeholder(child)
+                    target[name] = child if type(child) is _MadeHere else placeholder(child)
                     continue
                 if type(child) in _PLAIN:
                     target[name] = child
@@ -432,6 +451,8 @@ def scrub_value(value: Any, secrets: Iterable[str]) -> Any:
     def scrub(child: Any) -> tuple[Any, bool]:
         if isinstance(child, str):
             return pattern.sub(TEXT_PLACEHOLDER, child), False
+        if type(child) is _MadeHere:  # holds no value to scrub; keep what it is
+            return child, False
         if isinstance(child, Mapping):
             return {}, True
         if isinstance(child, (list, tuple)):
@@ -470,6 +491,8 @@ def scrub_keys_and_values(value: Any, secrets: Iterable[str]) -> Any:
     def copy(child: Any) -> tuple[Any, bool]:
         if isinstance(child, str):
             return scrub_secret_values(child, usable), False
+        if type(child) is _MadeHere:  # holds no value to scrub; keep what it is
+            return child, False
         if isinstance(child, Mapping):
             return {}, True
         if isinstance(child, (list, tuple)):

@@ -42,7 +42,9 @@ Decision D3: nothing is lost silently
       identity ``{"bodyBytes", "bodySha256", "truncated": true}`` carried as a ``structural``
       value (it can no longer be replayed).
 
-    Every replaced value is counted and marks ``http`` partial. Effects an operation did not
+    Every replaced value is counted and marks partial the capability of the event it was in
+    (a ``pg`` exchange's value ``database``, a call's ``network``, the input or the output
+    ``http``), as a dropped effect does. Effects an operation did not
     keep because it passed its capture budget while recorded (the queued operation's
     ``unheld`` counts by effect kind, with its ``budget``) are counted the same way, with a
     detail naming the budget; so are those it did not keep because its trace had reached its
@@ -307,13 +309,20 @@ def _capability_of(event: Mapping[str, Any], claimed: set[str]) -> str:
 
 
 class _Events:
-    """Numbers batch events densely and chains each to the previous one."""
+    """Numbers batch events densely and chains each to the previous one; counts the values
+    replaced by their identity by the capability of the event they were in."""
 
-    def __init__(self) -> None:
+    def __init__(self, replaced: Mapping[str, int]) -> None:
         self.events: list[dict[str, Any]] = []
-        self.replaced = 0
+        self.replaced: dict[str, int] = dict(replaced)
 
-    def add(self, body: dict[str, Any], source: Mapping[str, Any]) -> None:
+    @property
+    def replaced_total(self) -> int:
+        return sum(self.replaced.values())
+
+    def add(
+        self, body: dict[str, Any], source: Mapping[str, Any], capability: str = "http"
+    ) -> None:
         sequence = len(self.events) + 1
         event_id = f"evt_{EMITTER_ID}_{sequence}"
         captured: dict[str, Any] = {
@@ -330,21 +339,24 @@ class _Events:
             text = value if isinstance(value, str) else js_string(value)
             if text:
                 captured[name] = correlation_token(name, text)
-        self._bound(captured)
+        if self._bound(captured):
+            self.replaced[capability] = self.replaced.get(capability, 0) + 1
         self.events.append(captured)
 
-    def _bound(self, captured: dict[str, Any]) -> None:
+    @staticmethod
+    def _bound(captured: dict[str, Any]) -> bool:
+        """Replace the event's value by its identity when it is over 64 KiB (True if so)."""
         body = captured["event"]
         wrapped = body.get("value")
         if not isinstance(wrapped, dict):
-            return
+            return False
         inner = wrapped.get("value" if wrapped.get("representation") == "replayable" else "shape")
         inner_bytes = canonical_json_bytes(inner)
         if (
             len(inner_bytes) <= MAX_CAPTURED_VALUE_BYTES
             and len(canonical_json_bytes(captured)) <= MAX_CAPTURED_VALUE_BYTES
         ):
-            return
+            return False
         body["value"] = {
             "representation": "structural",
             "shape": {
@@ -353,12 +365,12 @@ class _Events:
                 "truncated": True,
             },
         }
-        self.replaced += 1
+        return True
 
 
 def _partial_detail(
     dropped: Mapping[str, int],
-    replaced: int,
+    replaced: Mapping[str, int],
     unkept: Sequence[tuple[Mapping[str, int], str]] = (),
 ) -> dict[str, str]:
     """The ``detail`` of each partial capability. ``unkept`` pairs the counts (by capability)
@@ -372,9 +384,10 @@ def _partial_detail(
         for name, count in counts.items():
             note = f"{count} effect event(s) past the {limit} not kept"
             details[name] = f"{details[name]}; {note}" if name in details else note
-    if replaced:
-        note = f"{replaced} captured value(s) over 65536 bytes sent as identity only"
-        details["http"] = f"{details['http']}; {note}" if "http" in details else note
+    for name, count in replaced.items():
+        if count:
+            note = f"{count} captured value(s) over 65536 bytes sent as identity only"
+            details[name] = f"{details[name]}; {note}" if name in details else note
     return details
 
 
@@ -396,7 +409,13 @@ def build_capture_result(
     status = operation.get("status")
     # Values over 64 KiB give way to their identity first, so the payload bound below drops
     # effects only for what is left (one huge input must not cost every effect).
-    raw_events, replaced_first = bound_captured_values(list(operation["events"]))
+    raw_events: list[Any] = []
+    replaced_in: dict[int, int] = {}  # raw event index -> values it had replaced
+    for source in operation["events"]:
+        bounded_events, count = bound_captured_values([source])
+        if count:
+            replaced_in[len(raw_events)] = count
+        raw_events.extend(bounded_events)
     first: Mapping[str, Any] = raw_events[0] if raw_events else {}
     returned = _last_return(raw_events)
     batch_id = f"{BATCH_ID_PREFIX}{environment.now_ms}-{environment.batch_number}"
@@ -438,8 +457,12 @@ def build_capture_result(
         if by_capability:
             unkept.append((by_capability, limit))
 
-    chain = _Events()
-    chain.replaced = replaced_first
+    replaced_first: dict[str, int] = {}
+    for index, count in replaced_in.items():
+        event = raw_events[index]
+        capability = _capability_of(event, claimed) if event.get("kind") == "effect" else "http"
+        replaced_first[capability] = replaced_first.get(capability, 0) + count
+    chain = _Events(replaced_first)
     chain.add({"kind": "operation-start", "name": name}, first)
     trigger_input = first.get("input", None)
     chain.add(
@@ -453,7 +476,7 @@ def build_capture_result(
     )
     chain.add({"kind": "checkpoint", "name": ENVELOPE_CHECKPOINT, "attributes": envelope}, first)
     for event in kept_effects:
-        chain.add(_effect_event(event), event)
+        chain.add(_effect_event(event), event, _capability_of(event, claimed))
     closing = returned if returned is not None else first
     if returned is not None:
         chain.add(
@@ -494,7 +517,7 @@ def build_capture_result(
     return CaptureBuild(
         batch=batch,
         dropped_effects=dropped_count,
-        replaced_values=chain.replaced,
+        replaced_values=chain.replaced_total,
         partial=partial,
     )
 

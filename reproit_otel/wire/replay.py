@@ -73,7 +73,7 @@ from reproit_otel.wire.replay_answer import (
 )
 from reproit_otel.wire.replay_scope import ConnectionScope, setup_items
 from reproit_otel.wire.replay_usage import ReplayUsage
-from reproit_otel.wire.statements import statement_scope
+from reproit_otel.wire.statements import connection_scope_of
 
 __all__ = [
     "CAPTURE_FORMAT",
@@ -153,7 +153,9 @@ class PgResult(TypedDict):
 
 class _Entry:
     """One recorded exchange, whether a live call has consumed it, its prepared answer, and
-    its connection scope (``None`` for a data exchange, see :mod:`reproit_otel.wire.statements`).
+    its connection scope (``None`` for a data exchange: only an exchange capture marked, or
+    one ``carried`` as a connection's ``setup``, has one; see
+    :func:`~reproit_otel.wire.statements.connection_scope_of`).
     """
 
     __slots__ = (
@@ -168,7 +170,9 @@ class _Entry:
         "shape",
     )
 
-    def __init__(self, exchange: Any, at: Any = None, index: int = 0) -> None:
+    def __init__(
+        self, exchange: Any, at: Any = None, index: int = 0, *, carried: bool = False
+    ) -> None:
         self.exchange = exchange
         self.consumed = False
         self.index = index
@@ -176,11 +180,9 @@ class _Entry:
         self.protocol: Any = fields.get("protocol", UNSET)
         request = fields.get("request", UNSET)
         self.key = operation_key(self.protocol, request)
-        self.scope: str | None = None
+        self.scope = connection_scope_of(exchange, carried=carried)
         # The key's shape when the recorded run generated a UUID in it (set by the session).
         self.shape: str | None = None
-        if self.protocol == "pg" and isinstance(request, Mapping):
-            self.scope = statement_scope(request.get("text"), request.get("values"))
         self.at = at if is_js_integer(at) else None
         # Everything a served HTTP call needs is computed here, once per capsule load, so a
         # call costs the match and nothing else.
@@ -249,8 +251,9 @@ class ReplaySession(ConnectionScope):
         self.usage = ReplayUsage(capsule, self._entries)
         # The unconsumed data exchanges of each (protocol, key), in recorded order: the front
         # one is the only candidate of a call, found without walking the capsule (PROTOCOL
-        # 7.2). Connection-scope statements are never candidates: they are answered by
-        # :meth:`ambient` and never consumed. An HTTP exchange whose URL holds a UUID the
+        # 7.2). Exchanges capture marked as connection scope are never candidates: they are
+        # answered by :meth:`ambient` and never consumed. Every other exchange is, whatever
+        # its statement text. An HTTP exchange whose URL holds a UUID the
         # recorded run generated waits under its key's shape instead (in ``_shaped``): the
         # live run's URL holds another UUID there.
         self._open: dict[tuple[str, str], deque[_Entry]] = {}
@@ -271,7 +274,7 @@ class ReplaySession(ConnectionScope):
             setup
             for entry in self._entries
             for item in setup_items(entry.exchange)
-            if (setup := _Entry(item)).scope is not None
+            if (setup := _Entry(item, carried=True)).scope is not None
         ]
         self._ambient = [entry for entry in self._entries if entry.scope is not None]
         self._ambient.extend(self._setup)
@@ -351,6 +354,16 @@ class ReplaySession(ConnectionScope):
         """
         exchange, _ = self.match_with_line(protocol, probe)
         return exchange
+
+    def has_candidate(self, protocol: str, probe: dict[str, Any]) -> bool:
+        """Whether an unconsumed data exchange waits under the call's key (or its shape).
+
+        A connection-scope rule may answer a live statement only when this is false: a
+        recorded data exchange is always matched (or diverged from) as the reference does.
+        """
+        slot, shaped = self._slots(protocol, probe)
+        with self._lock:
+            return bool(self._waiting(slot, shaped))
 
     def diverge(self, protocol: str, probe: dict[str, Any]) -> str:
         """Mark the session diverged for ``probe`` and return the divergence line."""

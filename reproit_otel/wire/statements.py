@@ -27,6 +27,15 @@ scope                 statements (case-insensitive, after leading white space; a
 
 Everything else is a data statement (``None``).
 
+The classification alone never decides how a *recorded* exchange replays: a recorded
+exchange is connection scope only when capture marked it so (``"scope": "connection"`` on
+the exchange, :data:`CONNECTION_SCOPE`; the psycopg2 recorder marks the statements of the
+table above, see :func:`connection_scope_of`), or when it is one of the answers a warm
+connection carried into the capture (``setup``). Every other recorded exchange is a data
+exchange and replays strictly, as the reference replays it, whatever its text. The
+classification of a *live* statement lets replay answer it when the recording holds no
+unconsumed exchange with its text.
+
 :func:`ambient_key` is what two connection-scope statements are compared by: the
 classified text with savepoint names replaced by ``<name>``, so Django's
 ``SAVEPOINT "s140326874098560_x1"`` (named after a thread id) matches any other name.
@@ -46,14 +55,23 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 __all__ = [
+    "CONNECTION_SCOPE",
     "DEFAULT_PARAMETERS",
+    "SCOPE_FIELD",
     "SERVER_VERSION_TEXT",
     "ambient_key",
+    "connection_scope_of",
     "default_response",
     "recorded_parameter",
     "setting_change",
     "statement_scope",
 ]
+
+SCOPE_FIELD: Final = "scope"
+"""The exchange member by which capture marks a recorded statement as connection scope."""
+
+CONNECTION_SCOPE: Final = "connection"
+"""The value of :data:`SCOPE_FIELD` on a connection-scope exchange."""
 
 SERVER_VERSION_TEXT: Final = (
     "PostgreSQL 15.0 on x86_64-pc-linux-gnu, compiled by reproit-otel replay, 64-bit"
@@ -133,6 +151,22 @@ def statement_scope(text: Any, values: Any = None) -> str | None:
         if tables and tables <= _TYPE_TABLES and "PG_TYPE" in tables:
             return "introspection"
     return None
+
+
+def connection_scope_of(exchange: Any, *, carried: bool = False) -> str | None:
+    """The connection scope a recorded ``pg`` exchange replays under, or ``None`` (data).
+
+    Only an exchange capture marked (``"scope": "connection"``) or one carried as ``setup``
+    (``carried``) can be connection scope; its scope is then its statement's classification.
+    """
+    if not isinstance(exchange, Mapping) or exchange.get("protocol") != "pg":
+        return None
+    if not carried and exchange.get(SCOPE_FIELD) != CONNECTION_SCOPE:
+        return None
+    request = exchange.get("request")
+    if not isinstance(request, Mapping):
+        return None
+    return statement_scope(request.get("text"), request.get("values"))
 
 
 def ambient_key(text: str) -> str:

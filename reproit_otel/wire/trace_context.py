@@ -4,8 +4,8 @@ span id and common fields every event of a trace carries (PROTOCOL 2.1, 5.2, 8.2
 Long names (decision D7): the default span id is ``<traceId>:<operation>``. Where that would
 exceed 128 code points the reference SDK throws and the request goes untraced; reproit-otel
 instead uses ``<traceId>:sha256:<first 24 hex of SHA-256(operation)>``. Should even that exceed
-128 code points (a trace id longer than 96 code points), the span id is the identity of the
-whole default span id, ``sha256:<first 24 hex of SHA-256(traceId:operation)>``. A span id
+128 code points (a trace id longer than 96 code points), the span id is that identity
+alone, ``sha256:<first 24 hex of SHA-256(operation)>``. A span id
 given explicitly is never rewritten: over-long or empty, it is still ``InvalidOperation``.
 
 Pure functions and immutable (or never-mutated) context objects, no lock. Every public name
@@ -188,7 +188,7 @@ def _default_span_id(trace_id: object, name: str) -> str:
     span_id = _bounded(prefix + ":" + identity(name), MAX_SPAN_ID)
     if span_id is not None:
         return span_id
-    return identity(prefix + ":" + name)
+    return identity(name)
 
 
 class CaptureContext:

@@ -17,8 +17,10 @@ Where Python or a decision changes the expected result, the expectation is rewri
 documented behaviour and the reason is named (see :data:`REASONS`):
 
 * ``fetch-headers``: Node's ``fetch`` records no request headers; ``requests`` sends and records
-  its defaults (``user-agent``, ``accept``, ...). The divergence marker's ``expected`` request
-  is the recorded one, so it carries them too.
+  its defaults (``user-agent``, ``accept``, ...). The expected request headers are the ones the
+  reference recorded plus those defaults (section 4.3 bounds, section 3 redaction), and they
+  are compared like every other field; the divergence marker's ``expected`` request is the
+  recorded one, so it carries them too (rewritten by the same rule).
 * ``node-assert``: Node's ``assert.strictEqual`` message; the Python sample raises
   ``AssertionError("Expected values to be strictly equal:\\n\\n<a> !== <b>\\n")`` (the same text
   as Node for numbers, ``JSON.stringify`` of each value otherwise).
@@ -26,6 +28,8 @@ documented behaviour and the reason is named (see :data:`REASONS`):
   astral character on the boundary stays whole instead of leaving a lone surrogate.
 * ``D6``: the envelope names the runtime ``runtime: "python X.Y.Z"`` instead of ``node``.
 * ``D7-names``: a long name never fails a test (the span id is shortened instead).
+* ``D13``: a name of the documented list (``tests/vectors.py``) is redacted where the reference
+  recorded it visible.
 * ``D7-cap``: a trace that reaches 256 events keeps its last slot for the return event, so the
   capsule is still spooled with the effects past the cap dropped.
 """
@@ -47,11 +51,13 @@ import pytest
 import requests
 
 from reproit_otel.ci.pipeline import CiTrace
+from reproit_otel.redaction.core import placeholder, redact
 from reproit_otel.wire._js import UNSET, code_point_cut, js_string, js_trim
+from reproit_otel.wire.bounds import bounded_headers
 from reproit_otel.wire.canonical import canonical_json, ordered_json
 from reproit_otel.wire.trace import MAX_EVENTS, TraceContext
 from tests.integration.pytest_runs import RouteUpstream, clean_env
-from tests.vectors import golden_cases
+from tests.vectors import golden_cases, with_d13
 
 CASES = golden_cases("ci_capsule.json")
 
@@ -62,6 +68,7 @@ REASONS = {
     "D6": "the envelope names the runtime as 'runtime', not 'node'",
     "D7-names": "a long test name never fails the test",
     "D7-cap": "the return event always fits; effects past the 256-event cap are dropped",
+    "D13": "the secret key names of the documented list are redacted",
 }
 
 REQUESTS_HEADERS = {k.lower(): v for k, v in requests.utils.default_headers().items()}
@@ -329,7 +336,10 @@ def check_volatile(capsule: dict[str, Any], test: TestModel, case: dict[str, Any
     assert re.fullmatch(rf"ci-\d+-{test.index + 1}", trace_id), trace_id
     span = f"{trace_id}:{test.operation}"
     if len(span) > 128:  # D7: shortened instead of failing
-        span = f"{trace_id}:sha256:{hashlib.sha256(test.operation.encode()).hexdigest()[:24]}"
+        hashed = "sha256:" + hashlib.sha256(test.operation.encode()).hexdigest()[:24]
+        span = f"{trace_id}:{hashed}"
+        if len(span) > 128:  # D7: a trace id too long even for that leaves the hash alone
+            span = hashed
     for event in events:
         assert (event["traceId"], event["spanId"]) == (trace_id, span)
         assert isinstance(event["at"], int) and isinstance(event["monoNs"], int)
@@ -358,9 +368,14 @@ def expected_capsule(
         exchange = event.get("exchange")
         if isinstance(exchange, dict) and exchange.get("protocol") == "http":
             request = exchange["request"]
-            if request.get("headers") != REQUESTS_HEADERS:
-                request["headers"] = REQUESTS_HEADERS
+            if with_client_headers(request) != request:
+                exchange["request"] = with_client_headers(request)
                 test.reasons.add("fetch-headers")
+        for name in ("input", "detail", "exchange", "output"):
+            if name in event:
+                event[name], changed = with_d13(event[name], placeholder)
+                if changed:
+                    test.reasons.add("D13")
         if event["kind"] == "return" and isinstance(event.get("output"), dict):
             node_error = event["output"].get("error")
             if node_error != test.failure:
@@ -368,6 +383,20 @@ def expected_capsule(
                 test.reasons.add(_error_reason(node_error, test))
                 event["output"]["error"] = test.failure
     return capsule
+
+
+def with_client_headers(request: dict[str, Any]) -> dict[str, Any]:
+    """A request the reference recorded, as ours records it: its headers are the ones the
+    reference recorded (redacted already) and those ``requests`` adds by default, bounded
+    (section 4.3) and redacted (section 3) as every exchange is; keys in capsule-file order."""
+    recorded = request.get("headers") or {}
+    defaults = redact(bounded_headers(REQUESTS_HEADERS).get("headers", {}))
+    headers = {name: defaults[name] for name in defaults if name not in recorded}
+    headers.update(recorded)
+    assert len(headers) <= 32, "more headers than section 4.3 keeps: the rule needs the cap"
+    rewritten = {**request, "headers": dict(sorted(headers.items()))}
+    parsed: dict[str, Any] = json.loads(canonical_json(rewritten))
+    return parsed
 
 
 def _error_reason(node_error: Any, test: TestModel) -> str:
@@ -552,10 +581,10 @@ def _check_replay(  # noqa: PLR0917 - one call site
         prefix, report = _marker_payload(line)
         if prefix == "REPROIT:DIVERGENCE":
             expected_request = report.get("expected")
-            if expected_request is not None and expected_request not in recorded:
-                # fetch-headers: the candidate is our recorded request, headers included.
-                matches = [r for r in recorded if r["url"] == expected_request["url"]]
-                report["expected"] = matches[0]
+            if report.get("protocol") == "http" and isinstance(expected_request, dict):
+                # fetch-headers: the candidate is the recorded request, headers included.
+                report["expected"] = with_d13(with_client_headers(expected_request), placeholder)[0]
+                assert report["expected"] in recorded
         elif prefix == "REPROIT:CI-TEST":
             test = next(t for t in tests if t.node_operation() == report["operation"])
             report["operation"] = test.operation

@@ -334,6 +334,10 @@ def test_a_warm_connection_carries_what_it_learned_before_the_request(tables: st
         "show standard_conforming_strings",
     ]
     assert all("setup" not in exchange for exchange in effects[1:])
+    # Capture marks the pre-ping (and only connection-scope statements) as connection scope.
+    marked = [exchange["request"]["text"] for exchange in effects if "scope" in exchange]
+    assert effects[0]["scope"] == "connection"
+    assert marked == ["SELECT 1", "SAVEPOINT sa_savepoint_1", "RELEASE SAVEPOINT sa_savepoint_1"]
     real = effects[0]["setup"][1]["response"]["rows"][0]["version"]
     assert real.startswith("PostgreSQL ") and "reproit-otel" not in real
     replayed, session = replay(capsule, SqlAlchemyApp, False)
@@ -381,3 +385,95 @@ def test_a_replayed_connection_reports_the_recorded_parameters_and_follows_set(
     replayed, session = replay(capsule, TimeZoneApp, False)
     assert replayed == result
     assert not session.diverged and session.usage.report()["unused"] == 0
+
+
+class PlainSelectOneApp:
+    """A plain psycopg2 connection whose request's own first query is ``SELECT 1``."""
+
+    def __init__(self, connect: Connect, warm: bool, changed: bool) -> None:
+        self.connection = connect()
+        self.changed = changed
+
+    def before(self) -> None:
+        return None
+
+    def request(self) -> Any:
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT 2" if self.changed else "SELECT 1")
+            first = cursor.fetchall()
+            cursor.execute("SELECT price FROM scope_items WHERE sku = %s", ["pen"])
+            return [first, cursor.fetchall()]
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def _reference_capsule() -> dict[str, Any]:
+    """What the reference records for PlainSelectOneApp: nothing is marked connection scope."""
+
+    def effect(text: str, values: Any, rows: list[Any]) -> dict[str, Any]:
+        request: dict[str, Any] = {"text": text}
+        if values:
+            request["values"] = values
+        response = {"command": "SELECT", "rowCount": len(rows), "rows": rows}
+        return {
+            "kind": "effect",
+            "effect": "read",
+            "resource": "pg",
+            "key": text,
+            "exchange": {"protocol": "pg", "request": request, "response": response},
+        }
+
+    return {
+        "format": "reproit-backend-capture",
+        "version": 2,
+        "operation": "POST /orders",
+        "events": [
+            effect("SELECT 1", None, [{"?column?": 7}]),
+            effect("SELECT price FROM scope_items WHERE sku = %s", ["pen"], [{"price": 3}]),
+        ],
+    }
+
+
+def test_a_recorded_plain_select_one_is_served_in_order_as_the_reference_serves_it() -> None:
+    replayed, session = replay(_reference_capsule(), PlainSelectOneApp, False)
+    # The recorded answer (7), not the pre-ping default (1): the exchange was consumed.
+    assert replayed == [[(7,)], [(3,)]]
+    assert not session.diverged
+    assert session.usage.report()["consumed"] == 2
+    assert session.usage.report()["ambient"] == 0
+
+
+def test_a_divergence_names_a_recorded_plain_select_one_as_expected() -> None:
+    with pytest.raises(DivergedError) as raised:
+        replay(_reference_capsule(), PlainSelectOneApp, False, changed=True)
+    assert raised.value.line == (
+        'REPROIT:DIVERGENCE {"protocol":"pg","got":{"text":"SELECT 2"},'
+        '"expected":{"text":"SELECT 1"},"consumed":0,"total":2}'
+    )
+
+
+def test_a_recorded_select_one_is_not_answered_twice() -> None:
+    capsule = _reference_capsule()
+    capsule["events"][1]["exchange"]["request"]["text"] = "SELECT 1"
+    capsule["events"][1]["exchange"]["request"].pop("values")
+    session = ReplaySession(capsule)
+    activate(session)
+    Psycopg2ReplayInstrumentor().instrument()
+    try:
+        connection = psycopg2.connect(closed_port_dsn())
+        with connection.cursor() as cursor:
+            answers = []
+            for _ in range(3):
+                cursor.execute("SELECT 1")
+                answers.append(cursor.fetchall())
+        connection.close()
+    finally:
+        Psycopg2ReplayInstrumentor().uninstrument()
+        deactivate()
+    # Both recorded exchanges in order; the third call has no recorded counterpart left, so
+    # the connection-scope rule answers it (the pre-ping default) without a divergence.
+    assert answers == [[(7,)], [(3,)], [(1,)]]
+    assert not session.diverged
+    report = session.usage.report()
+    assert (report["consumed"], report["ambient"]) == (2, 1)

@@ -158,7 +158,7 @@ def test_a_failing_checkout_yields_exactly_its_exchanges(
             "read",
             {"text": "SELECT %s::int AS n, 'tea' AS item", "values": [7]},
             {
-                "command": "SELECT 1",
+                "command": "SELECT",
                 "rowCount": 1,
                 "rows": [{"n": 7, "item": "tea"}],
                 "columns": [
@@ -171,7 +171,14 @@ def test_a_failing_checkout_yields_exactly_its_exchanges(
             4,
             "write",
             {"text": "CREATE TEMP TABLE basket (id int)"},
-            {"command": "CREATE TABLE", "rowCount": -1, "rows": [], "columns": None},
+            # The reference's command word and count (PROTOCOL 4.4); the whole status beside.
+            {
+                "command": "CREATE",
+                "rowCount": 0,
+                "rows": [],
+                "status": "CREATE TABLE",
+                "columns": None,
+            },
         ),
         sql(
             5,

@@ -7,6 +7,7 @@ from typing import Any
 import psycopg2.extras
 import pytest
 
+from reproit_otel.wire.batch import CaptureEnvironment, CaptureSettings, build_capture_result
 from tests.integration.pg_support import record, replay, seen
 
 pytestmark = pytest.mark.postgres
@@ -156,4 +157,34 @@ def test_parameters_are_recorded_as_they_were_when_the_statement_ran(postgres_ds
         [[1, 2]],
         [7, 8],
         {"a": 1},
+    ]
+
+
+def test_a_pg_value_over_64_kib_marks_the_database_capability_partial(postgres_dsn: str) -> None:
+    """A row value replaced by its identity (decision D3) makes the batch name the capability
+    of the exchange it was in, ``database``, as the incomplete one; the rest stays complete."""
+
+    def app(connect: Any) -> Any:
+        conn = connect()
+        with conn.cursor() as cur:
+            cur.execute("SELECT repeat('x', 70000) AS blob, 1 AS n")
+            blob, n = cur.fetchone()
+        conn.close()
+        return len(blob), n
+
+    recorded = record(postgres_dsn, app)
+    assert recorded.result == (70000, 1)
+    events = recorded.events
+    build = build_capture_result(
+        {"operation": events[0]["operation"], "status": 500, "events": events},
+        config=CaptureSettings("app-demo"),
+        environment=CaptureEnvironment(
+            now_ms=1_760_000_000_000, batch_number=1, runtime="python 3.12.0", tz="UTC"
+        ),
+    )
+    detail = "1 captured value(s) over 65536 bytes sent as identity only"
+    assert (build.replaced_values, build.partial) == (1, {"database": detail})
+    assert build.batch["capabilities"] == [
+        {"capability": "http", "completeness": "complete"},
+        {"capability": "database", "completeness": "partial", "detail": detail},
     ]

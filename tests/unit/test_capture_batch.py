@@ -61,8 +61,14 @@ from tests.vectors import golden_cases, load_vector
 
 RUNTIME = "python 3.11.4"
 CASES = golden_cases("capture_payload.json")
-BATCH_CASES = [case for case in CASES if case["name"].startswith("batch.")]
-PAYLOAD_CASES = [case for case in CASES if case["name"].startswith("capturePayload.")]
+# By what a case holds, not by its name: a capture run (steps and the batch posted) or a
+# capsule-equivalent payload of given events (its canonical bytes).
+BATCH_CASES = [case for case in CASES if "steps" in case["input"]]
+PAYLOAD_CASES = [case for case in CASES if "canonical" in case["expect"]]
+
+
+def test_every_capture_payload_case_has_an_adapter() -> None:
+    assert len(BATCH_CASES) + len(PAYLOAD_CASES) == len(CASES)
 
 
 def _ids(cases: list[dict[str, Any]]) -> list[str]:
@@ -616,6 +622,24 @@ def test_d3_an_oversized_response_part_fails_closed_in_replay() -> None:
     trace.finish(None, 500, False, True)
     result = build_capture_result(_queued(trace.events), config=SETTINGS, environment=ENVIRONMENT)
     assert (result.dropped_effects, result.replaced_values) == (0, 1)
+    # The value was in a pg exchange: the database capability is the incomplete one.
+    assert result.partial == {
+        "database": "1 captured value(s) over 65536 bytes sent as identity only"
+    }
+    assert result.batch["capabilities"] == [
+        {"capability": "http", "completeness": "complete"},
+        {
+            "capability": "database",
+            "completeness": "partial",
+            "detail": "1 captured value(s) over 65536 bytes sent as identity only",
+        },
+        {
+            "capability": "network",
+            "completeness": "complete",
+            "detail": "outbound dependency exchanges recorded with responses",
+        },
+    ]
+    assert [p.rule for p in validate_capture_batch(result.batch)] == ["state-capability"]
     capsule = capsule_from_batch(result.batch)
     assert capsule is not None
     read = capsule["events"][1]["exchange"]
@@ -632,6 +656,53 @@ def test_d3_an_oversized_response_part_fails_closed_in_replay() -> None:
     }
     assert read["request"] == exchange["request"]
     assert capsule["events"][2] == trace.events[2]  # the call after it is kept
+
+
+def test_d3_an_event_over_64_kib_marks_its_own_capability_partial() -> None:
+    # Each part under 64 KiB, the call's event over it: the event's value gives way at batch
+    # level, and the call's capability (network) is the incomplete one, not http.
+    reset_sequence()
+    trace = BackendTrace.begin(
+        {"traceId": "cap-1-1", "captureEnvelope": True, "replaySeed": "00ff00ff00ff00ff"},
+        "op",
+        input={"q": 1},
+        wall_ms=lambda: NOW,
+        mono_ns=lambda: 0,
+    )
+    trace.effect(
+        "call",
+        resource="svc:8080",
+        key="POST /big",
+        exchange={
+            "protocol": "http",
+            "request": {"method": "POST", "url": "http://svc:8080/big", "body": "q" * 40000},
+            "response": {"status": 200, "body": "r" * 40000},
+        },
+    )
+    trace.effect("read", resource="pg", key="SELECT 1", exchange=_PG_SELECT)
+    trace.finish(None, 500, False, True)
+    result = build_capture_result(
+        _queued(trace.events),
+        config=SETTINGS,
+        environment=ENVIRONMENT,
+        payload_limit=1 << 20,
+    )
+    assert (result.dropped_effects, result.replaced_values) == (0, 1)
+    assert result.partial == {
+        "network": "1 captured value(s) over 65536 bytes sent as identity only"
+    }
+    assert {c["capability"]: c["completeness"] for c in result.batch["capabilities"]} == {
+        "http": "complete",
+        "database": "complete",
+        "network": "partial",
+    }
+
+
+_PG_SELECT = {
+    "protocol": "pg",
+    "request": {"text": "SELECT 1"},
+    "response": {"command": "SELECT", "rowCount": 1, "rows": [{"?column?": 1}]},
+}
 
 
 def test_capture_payload_size_arithmetic_matches_serialization() -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,11 +32,12 @@ from reproit_otel.redaction.core import (
 from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.canonical import canonical_json
 from tests.unit.reference_json import parse_reference_json
-from tests.vectors import golden_cases
+from tests.vectors import D13_NAMES, D13_PARTS, d13_secret, golden_cases, with_d13
 
 REDACTION_CASES = golden_cases("redaction.json")
-VALUE_CASES = [c for c in REDACTION_CASES if c["name"].startswith("value.")]
-FIELD_CASES = [c for c in REDACTION_CASES if c["name"].startswith("field.")]
+# By what a case holds, not by its name: a JSON value to redact, or a field name to judge.
+VALUE_CASES = [c for c in REDACTION_CASES if "json" in c["input"]]
+FIELD_CASES = [c for c in REDACTION_CASES if "field" in c["input"]]
 
 
 def test_every_golden_case_has_an_adapter() -> None:
@@ -44,13 +47,17 @@ def test_every_golden_case_has_an_adapter() -> None:
 @pytest.mark.parametrize("case", VALUE_CASES, ids=[c["name"] for c in VALUE_CASES])
 def test_redaction_golden_value(case: dict[str, Any]) -> None:
     value = parse_reference_json(case["input"]["json"])
-    assert canonical_json(redact(value)) == case["expect"]["canonical"]
+    expected = case["expect"]["canonical"]
+    # Decision D13: a name the documented list adds is redacted where the reference shows it.
+    ours, changed = with_d13(parse_reference_json(expected), placeholder)
+    assert canonical_json(redact(value)) == (canonical_json(ours) if changed else expected)
 
 
 @pytest.mark.parametrize("case", FIELD_CASES, ids=[c["name"] for c in FIELD_CASES])
 def test_redaction_golden_field(case: dict[str, Any]) -> None:
     field = case["input"]["field"]
-    secret = case["expect"]["secret"]
+    # Decision D13: the names of the documented list are secret whatever the reference says.
+    secret = case["expect"]["secret"] or d13_secret(field)
     assert is_secret_key(field) is secret
     expected = {field: placeholder("v")} if secret else {field: "v"}
     assert redact({field: "v"}) == expected
@@ -135,6 +142,32 @@ def test_secret_parts_are_the_fourteen_capture_fragments() -> None:
 )
 def test_is_secret_key_folds_the_name(name: Any, secret: bool) -> None:
     assert is_secret_key(name) is secret
+
+
+def test_a_placeholder_under_a_secret_key_is_replaced_like_any_value() -> None:
+    # Section 3.2 (decision D1): a secret key's value is replaced whatever it is; a placeholder
+    # that came in as data there becomes the placeholder of an object. Elsewhere it is walked
+    # as is.
+    earlier = dict(placeholder("hunter2"))
+    value = {"password": earlier, "note": earlier, "rows": [{"token": earlier}]}
+    assert redact(value) == {
+        "password": _stub("object"),
+        "note": earlier,
+        "rows": [{"token": _stub("object")}],
+    }
+
+
+def test_a_placeholder_this_process_made_keeps_its_type_and_length() -> None:
+    # An earlier rule of the capture (a text body, a form, a SQL parameter) already replaced
+    # the secret: placing it again would lose what the placeholder says of it.
+    made = placeholder("hunter2")
+    assert redact({"password": made, "rows": [{"token": made}]}) == {
+        "password": _stub("string", 7),
+        "rows": [{"token": _stub("string", 7)}],
+    }
+    assert canonical_json(redact({"apiKey": {"$reproit": True}})) == (
+        '{"apiKey":{"$reproit":{"length":null,"redacted":true,"type":"object"}}}'
+    )
 
 
 def test_redact_keeps_shape_and_turns_unset_into_null() -> None:
@@ -348,3 +381,46 @@ def test_scrubbed_text_never_contains_a_secret_value(text: str, secrets: list[st
             secret not in other for other in secrets if len(other) > len(secret)
         ):
             assert secret not in scrubbed.replace(TEXT_PLACEHOLDER, "\x00")
+
+
+# ------------------------------------------------------------------ decision D13 by rule
+
+
+def _documented_names() -> tuple[list[str], list[str]]:
+    """The fragments and whole names docs/recording.md adds to the wire's 14."""
+    text = " ".join((Path(__file__).parents[2] / "docs" / "recording.md").read_text().split())
+    parts = text.split("or one of the fragments services use beyond them, ", 1)[1]
+    parts, names = parts.split("; or when it *is* one of the short names ", 1)
+    names = names.split(" (as fragments", 1)[0]
+    return re.findall(r"`([a-z]+)`", parts), re.findall(r"`([a-z]+)`", names)
+
+
+def test_d13_vector_rule_is_the_documented_list_and_the_code_follows_it() -> None:
+    parts, names = _documented_names()
+    assert tuple(parts) == D13_PARTS
+    assert frozenset(names) == D13_NAMES
+    # The spec's D13 examples are secret by the rule, and the code redacts each of them.
+    for name in ("pwd", "passcode", "bearer", "jwt", "sessionId", "session_id", "credential"):
+        assert d13_secret(name) and is_secret_key(name), name
+    for name in ("credentials", "otp", "pin", "cvv", "cvc", "PHPSESSID", "x-csrf-token"):
+        assert is_secret_key(name), name
+    # Names neither the reference nor D13 makes secret stay visible.
+    for name in ("session", "ssn", "spinner", "footprint", "signing", "username"):
+        assert not d13_secret(name) and not is_secret_key(name), name
+
+
+def test_d13_turns_a_name_the_reference_pins_visible_into_its_placeholder() -> None:
+    # What a held-out reference vector pinning a D13 name as visible is compared with.
+    reference = {"user": "ada", "pwd": "hunter2", "rows": [{"otp": 123456, "pin": None}]}
+    expected, changed = with_d13(reference, placeholder)
+    assert changed
+    assert expected == {
+        "user": "ada",
+        "pwd": _stub("string", 7),
+        "rows": [{"otp": _stub("integer"), "pin": _stub("null")}],
+    }
+    assert redact(reference) == expected
+    assert with_d13({"user": "ada", "token": _stub("string", 3)}, placeholder) == (
+        {"user": "ada", "token": _stub("string", 3)},
+        False,
+    )

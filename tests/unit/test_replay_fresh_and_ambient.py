@@ -41,6 +41,12 @@ def _effect(text: str, values: Any = None, at: int = START_MS, rows: Any = None)
     }
 
 
+def _marked(effect: Any) -> Any:
+    """``effect`` as capture marks a connection-scope statement."""
+    effect["exchange"]["scope"] = "connection"
+    return effect
+
+
 def _session(*effects: Any, query: Any = None, clock_ms: float = START_MS) -> ReplaySession:
     capsule = {
         "format": "reproit-backend-capture",
@@ -181,9 +187,10 @@ def test_connection_scope_statements_are_answered_and_never_consumed() -> None:
             "protocol": "pg",
             "request": {"text": "SHOW TimeZone"},
             "response": {"command": "SHOW", "rowCount": 1, "rows": [{"TimeZone": "Asia/Tokyo"}]},
+            "scope": "connection",
         },
     }
-    savepoint = _effect('SAVEPOINT "s140326874098560_x1"')
+    savepoint = _marked(_effect('SAVEPOINT "s140326874098560_x1"'))
     data = _effect("SELECT 42")
     session = _session(show, savepoint, data)
     for _ in range(3):
@@ -205,7 +212,7 @@ def test_connection_scope_statements_are_answered_and_never_consumed() -> None:
 
 
 def test_a_divergence_never_names_a_connection_scope_exchange() -> None:
-    session = _session(_effect("BEGIN"), _effect("SELECT 42"))
+    session = _session(_marked(_effect("BEGIN")), _effect("SELECT 42"))
     assert session.match("pg", {"text": "SELECT 43"}) is None
     assert session.divergence_lines == [
         'REPROIT:DIVERGENCE {"protocol":"pg","got":{"text":"SELECT 43"},'
@@ -251,9 +258,10 @@ def test_answers_a_connection_carried_from_before_the_operation_are_ambient() ->
         },
         {"protocol": "pg", "request": {"text": "SELECT 42"}, "response": {"rows": []}},
     ]
-    first = _effect("SELECT 1")
+    first = _marked(_effect("SELECT 1"))
     first["exchange"]["setup"] = carried
-    in_operation = _effect("SET TIME ZONE 'Europe/Lisbon'")  # replayed, so not a start value
+    # Replayed, so not a start value.
+    in_operation = _marked(_effect("SET TIME ZONE 'Europe/Lisbon'"))
     session = _session(first, _effect("SELECT 43"), in_operation)
     assert session.ambient({"text": "SHOW DateStyle"}) is carried[1]
     assert session.recorded_parameters() == {"TimeZone": "Asia/Tokyo", "DateStyle": "ISO, DMY"}
@@ -261,3 +269,23 @@ def test_answers_a_connection_carried_from_before_the_operation_are_ambient() ->
     assert session.ambient({"text": "SELECT 42"}) is None
     report = session.usage.report()
     assert (report["dataExchanges"], report["ambientExchanges"], session.total) == (1, 2, 3)
+
+
+def test_an_unmarked_connection_scope_text_is_a_data_exchange() -> None:
+    # A capsule whose recording holds a plain SELECT 1 among its data exchanges (the
+    # reference's capsules never mark anything): served in order, named as expected.
+    first = _effect("SELECT 1", rows=[{"?column?": 1}])
+    session = _session(first, _effect("SELECT 42"))
+    assert session.usage.report()["dataExchanges"] == 2
+    assert session.ambient({"text": "SELECT 1"}) is None
+    assert session.match("pg", {"text": "SELECT 2"}) is None
+    assert session.has_candidate("pg", {"text": "SELECT 1"})
+    assert session.match("pg", {"text": "SELECT 1"}) is first["exchange"]
+    assert not session.has_candidate("pg", {"text": "SELECT 1"})
+    assert session.match("pg", {"text": "SELECT 1"}) is None
+    assert session.divergence_lines == [
+        'REPROIT:DIVERGENCE {"protocol":"pg","got":{"text":"SELECT 2"},'
+        '"expected":{"text":"SELECT 1"},"consumed":0,"total":2}',
+        'REPROIT:DIVERGENCE {"protocol":"pg","got":{"text":"SELECT 1"},'
+        '"expected":{"text":"SELECT 42"},"consumed":1,"total":2}',
+    ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from reproit_otel.errors import TraceError
+from reproit_otel.redaction.core import placeholder
 from reproit_otel.wire._js import UNSET, js_trim, well_formed
 from reproit_otel.wire.canonical import canonical_json
 from reproit_otel.wire.inputs import http_input, selection
@@ -31,7 +33,7 @@ from reproit_otel.wire.trace import (
     reset_sequence,
     trace_context_from_headers,
 )
-from tests.vectors import golden_cases
+from tests.vectors import golden_cases, with_d13
 
 
 @pytest.fixture(autouse=True)
@@ -46,8 +48,11 @@ def _context(trace_id: str = "trace-a", **fields: Any) -> TraceContext:
 
 
 def _d7_span_id(trace_id: str, operation: str) -> str:
-    digest = hashlib.sha256(operation.encode("utf-8")).hexdigest()[:24]
-    return f"{trace_id}:sha256:{digest}"
+    """Decision D7: ``<traceId>:sha256:<24 hex of the operation>``, or where the trace id is
+    too long for that to fit in 128 code points, ``sha256:<24 hex>`` alone."""
+    hashed = "sha256:" + hashlib.sha256(operation.encode("utf-8")).hexdigest()[:24]
+    with_trace = f"{trace_id}:{hashed}"
+    return with_trace if len(with_trace) <= 128 else hashed
 
 
 # --- trace_header.json ------------------------------------------------------------------------
@@ -148,10 +153,44 @@ def test_trace_header_vectors(case: dict[str, Any]) -> None:
     assert "beginError" not in expect
 
     steps = [_run_step(trace, step) for step in case_input["steps"]]
-    assert steps == expect["steps"]
+    assert steps == [_d13_step(step) for step in expect["steps"]]
     assert trace.finished is expect["finished"]
-    assert trace.events == expect["events"]
-    assert canonical_json(trace.events) == expect["eventsCanonical"]
+    events, changed = _d13_events(expect["events"])
+    assert trace.events == events
+    assert canonical_json(trace.events) == (
+        canonical_json(events) if changed else expect["eventsCanonical"]
+    )
+
+
+_REDACTED_FIELDS = ("input", "detail", "exchange", "output")
+
+
+def _d13_events(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
+    """The reference's events as decision D13 makes them: the redacted fields of each event
+    with every name of the documented list redacted (``tests/vectors.py``)."""
+    result = []
+    changed = False
+    for event in events:
+        copy = dict(event)
+        for name in _REDACTED_FIELDS:
+            if name in copy:
+                copy[name], field_changed = with_d13(copy[name], placeholder)
+                changed = changed or field_changed
+        result.append(copy)
+    return result, changed
+
+
+def _d13_step(step: dict[str, Any]) -> dict[str, Any]:
+    """A step's expected outcome under D13: a header carries the events D13 redacted."""
+    if "header" not in step:
+        return step
+    header = step["header"]
+    text = base64.urlsafe_b64decode(header + "=" * (-len(header) % 4)).decode("utf-8")
+    events, changed = _d13_events(json.loads(text))
+    if not changed:
+        return step
+    encoded = base64.urlsafe_b64encode(canonical_json(events).encode("utf-8")).rstrip(b"=")
+    return {"header": encoded.decode("ascii")}
 
 
 # --- PROTOCOL 2.8 golden example --------------------------------------------------------------
@@ -336,12 +375,22 @@ def test_d7_counts_code_points_not_utf16_units() -> None:
     assert BackendTrace.begin(_context("t"), operation).span_id == f"t:{operation}"
 
 
-def test_d7_very_long_trace_id_still_yields_a_bounded_span_id() -> None:
-    trace_id = "x" * 120
-    trace = BackendTrace.begin(_context(trace_id), "GET /a/long/enough/path")
-    digest = hashlib.sha256(f"{trace_id}:GET /a/long/enough/path".encode()).hexdigest()[:24]
-    assert trace.span_id == f"sha256:{digest}"
-    assert trace.events[0]["traceId"] == trace_id
+def test_d7_a_trace_id_too_long_for_the_hashed_span_id_leaves_the_hash_alone() -> None:
+    # The spec's D7: where <traceId>:sha256:<24 hex> would still pass 128 code points, the
+    # span id is sha256: and the 24 hex of the operation alone.
+    operation = "GET /a/long/enough/path/" + "p" * 20
+    digest = hashlib.sha256(operation.encode()).hexdigest()[:24]
+    for length in (97, 120, 128):
+        trace_id = "x" * length
+        trace = BackendTrace.begin(_context(trace_id), operation)
+        assert trace.span_id == f"sha256:{digest}" == _d7_span_id(trace_id, operation)
+        assert trace.events[0]["traceId"] == trace_id
+        assert trace.events[0]["spanId"] == trace.span_id
+    # At 96 code points the trace id still fits beside the hash.
+    trace_id = "x" * 96
+    assert BackendTrace.begin(_context(trace_id), operation).span_id == (
+        f"{trace_id}:sha256:{digest}"
+    )
 
 
 @pytest.mark.parametrize("span_id", ["", "   ", "x" * 129])
