@@ -556,6 +556,7 @@ def create_app(
     allowed_hosts: Collection[str] | None = None,
     public_url: str | None = None,
     body_timeout: float | None = 30.0,
+    artifact_quota: ArtifactQuota | None = None,
 ) -> Starlette:
     """The ingest ASGI application over ``store``.
 
@@ -564,9 +565,17 @@ def create_app(
     ``allowed_hosts`` (``None``: any) and ``body_timeout`` go to
     :class:`~reproit_otel.ingest.guard.RequestGuard`; ``public_url`` is the address the page's
     replay line names (``reproit-otel serve`` sets it to the address it listens on when not
-    given; without it the page names the address the request reached).
+    given; without it the page names the address the request reached). ``artifact_quota``
+    bounds the stored artifacts (default: :data:`DEFAULT_MAX_ARTIFACT_BYTES` in all,
+    :data:`DEFAULT_MAX_ARTIFACT_BYTES_PER_KEY` per key).
     """
-    ingest = IngestApp(store, api_keys=api_keys, read_keys=read_keys, max_body_bytes=max_body_bytes)
+    ingest = IngestApp(
+        store,
+        api_keys=api_keys,
+        read_keys=read_keys,
+        max_body_bytes=max_body_bytes,
+        artifact_quota=artifact_quota,
+    )
     routes: list[BaseRoute] = [
         Route("/healthz", _wrap(ingest.healthz), methods=["GET"]),
         Route("/v1/capture-batches", _wrap(ingest.post_capture_batch), methods=["POST"]),
