@@ -99,11 +99,11 @@ class IngestClient:
                 parts.hostname, parts.port, timeout=self.timeout
             )
         expired = threading.Event()
+        opened: list[socket.socket] = []  # the connection hands its socket to the response
 
         def expire() -> None:
             expired.set()
-            sock = connection.sock
-            if sock is not None:
+            for sock in opened:
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
 
@@ -112,6 +112,11 @@ class IngestClient:
         detach = _suppressed()
         timer.start()
         try:
+            connection.connect()
+            if connection.sock is not None:
+                opened.append(connection.sock)
+            if expired.is_set():
+                raise IngestClientError(self._too_slow())
             connection.request("GET", target, headers=headers)
             response = connection.getresponse()
             body = self._bounded_body(response, expired)
