@@ -268,6 +268,9 @@ def _read_keys(args: argparse.Namespace) -> list[str]:
 
 
 def _configure_logging() -> None:
+    from reproit_otel._stderr import scrub_log_records
+
+    scrub_log_records()  # what the ingest logs passes through the one scrubber too
     logger = logging.getLogger("reproit_otel.ingest")
     if not logger.handlers:
         handler = logging.StreamHandler(sys.stderr)

@@ -101,3 +101,36 @@ def test_the_documented_table_lists_every_rule_in_order() -> None:
     documented = [row.split("|")[1].strip() for row in rows]
     names = ["secret values", *(rule.name for rule in TEXT_RULES)]
     assert [row.split(" (")[0].replace("`", "") for row in documented] == names
+
+
+def test_lines_reproit_otel_logs_pass_through_the_scrubber() -> None:
+    import logging
+
+    from reproit_otel._stderr import scrub_log_records
+    from reproit_otel.capture.recording import register_secret_values
+
+    register_secret_values(["Zqlogsecret0001"])
+    scrub_log_records()
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    handler = Keep()
+    for name in ("reproit_otel", "reproit_otel.ingest"):
+        logger = logging.getLogger(name)
+        logger.addHandler(handler)
+        try:
+            logger.warning(
+                "cannot reach %s with %s (%s)",
+                "postgresql://admin:Zqdsnpw0002@db/app",
+                {"api_key": "Zqapikey0003"},
+                "Zqlogsecret0001",
+            )
+        finally:
+            logger.removeHandler(handler)
+    assert (
+        seen
+        == ["cannot reach postgresql://$reproit@db/app with {'api_key': '$reproit'} ($reproit)"] * 2
+    )
