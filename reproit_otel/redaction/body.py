@@ -23,7 +23,12 @@ two kinds of text that carry names:
       --b\r\nContent-Disposition: form-data; name="password"\r\n\r\nhunter2\r\n--b--
       # --b\r\nContent-Disposition: form-data; name="password"\r\n\r\n$reproit\r\n--b--
 
-Any other value (already parsed JSON, ``None``, a non-JSON text) comes back unchanged. The
+* any other text (``text/plain``, HTML, XML, a JSON text with no secret key stays as it is)
+  goes through the text rules of :func:`~reproit_otel.redaction.text.scrub_text`
+  (``token: ...``, ``Bearer ...``, a DSN, ``password=...``), so a secret written in prose is
+  redacted in a body as it is in a message.
+
+Any other value (already parsed JSON, ``None``) comes back unchanged. The
 recorders apply it to what they record and the replay side to each live probe, so a
 redacted recording still matches the call that produced it.
 """
@@ -34,6 +39,7 @@ import re
 from typing import Any, Final
 
 from reproit_otel.redaction.core import TEXT_PLACEHOLDER, is_secret_key, redact, redact_form
+from reproit_otel.redaction.text import scrub_text
 from reproit_otel.wire._jsparse import js_json_parse
 
 __all__ = [
@@ -115,10 +121,10 @@ def redact_text_body(body: Any, content_type: object) -> Any:
         return redact_multipart(body, content_type)
     start = body.lstrip()[:1]
     if start not in ("{", "["):
-        return body
+        return scrub_text(body)
     try:
         parsed = js_json_parse(body)
     except (ValueError, RecursionError):
-        return body
+        return scrub_text(body)
     redacted = redact(parsed)
     return body if redacted == parsed else redacted

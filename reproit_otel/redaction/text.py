@@ -56,7 +56,7 @@ _P = TEXT_PLACEHOLDER
 # Bearer in any case; Basic capitalised or upper case (a lower-case "basic" is prose) and then
 # only before what base64 of user:password can be.
 _SCHEME = re.compile(
-    r"\b(?P<scheme>[Bb]earer|BEARER)(?P<gap>[ \t]+)(?P<value>[^\s,;'\"]+)"
+    r"\b(?P<scheme>[Bb]earer|BEARER)(?P<gap>[ \t]+)(?P<value>[A-Za-z0-9\-._~+/$]+=*)"
     r"|\b(?P<basic>Basic|BASIC)(?P<bgap>[ \t]+)(?P<b64>[A-Za-z0-9+/]{4,}={0,2})(?![^\s,;'\"])"
 )
 
