@@ -73,6 +73,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reproit_otel.errors import CapsuleError
 from reproit_otel.ingest.accesslog import AccessLogMiddleware
@@ -534,15 +535,50 @@ def _wrap(handler: Handler) -> Handler:
     return endpoint
 
 
-async def _unexpected(request: Request, error: Exception) -> Response:
-    """Any route's failure: a JSON error, never a traceback (``503`` for the store's)."""
-    if _is_storage_error(error):
-        return _storage_refusal(error)
-    _log.error("reproit-otel ingest: %s failed: %s", request.url.path, type(error).__name__)
-    return JSONResponse(
-        {"error": {"rule": "internal", "field": "", "message": "the ingest failed to answer"}},
-        status_code=500,
-    )
+class _Failsafe:
+    """Any route's failure becomes a JSON error and one log line, never a traceback: ``503``
+    for the store's (a full disk, a corrupt database), ``500`` otherwise. Once the answer has
+    started, the connection is closed instead (there is no status left to change)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as error:
+            if started:
+                _log.error("reproit-otel ingest: an answer failed: %s", type(error).__name__)
+                return
+            response: Response
+            if _is_storage_error(error):
+                response = _storage_refusal(error)
+            else:
+                _log.error(
+                    "reproit-otel ingest: %s failed: %s", scope.get("path"), type(error).__name__
+                )
+                response = JSONResponse(
+                    {
+                        "error": {
+                            "rule": "internal",
+                            "field": "",
+                            "message": "the ingest failed to answer",
+                        }
+                    },
+                    status_code=500,
+                )
+            await response(scope, receive, send)
 
 
 def create_app(
@@ -597,8 +633,7 @@ def create_app(
     guard = Middleware(RequestGuard, allowed_hosts=allowed_hosts, body_timeout=body_timeout)
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(AccessLogMiddleware), guard],
-        exception_handlers={Exception: _unexpected},
+        middleware=[Middleware(AccessLogMiddleware), guard, Middleware(_Failsafe)],
     )
     app.state.ingest = ingest
     app.state.public_url = public_url.rstrip("/") if public_url else None

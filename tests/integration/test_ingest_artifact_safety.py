@@ -249,8 +249,10 @@ def test_a_corrupt_database_answers_503_with_a_json_error(tmp_path: Path) -> Non
             Path(f"{database}{suffix}").unlink(missing_ok=True)
         refused = _post(base, built_batch("GET /after", batch_number=2))
         listed = httpx.get(f"{base}/v1/occurrences", headers=_auth())
+        page = httpx.get(f"{base}/", headers=_auth())
     finally:
         assert ingest.stop() == 0
     assert (refused.status_code, refused.json()["error"]["rule"]) == (503, "storage")
     assert (listed.status_code, listed.json()["error"]["rule"]) == (503, "storage")
+    assert (page.status_code, page.json()["error"]["rule"]) == (503, "storage")
     assert "Traceback" not in "\n".join(ingest.lines)
