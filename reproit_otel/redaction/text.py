@@ -87,7 +87,7 @@ def _user_info(text: str) -> str:
 # 'password': 'pw'   "api_key": "k"   'pin': 1234   "token":"a\"b"
 _QUOTED = re.compile(
     r"(?P<q>['\"])(?P<name>[^'\"\n]{1,128})(?P=q)(?P<sep>\s*[:=]\s*)"
-    r"(?:(?P<vq>['\"])(?P<quoted>(?:\\.|(?!(?P=vq)).)*)(?P=vq)|(?P<bare>[^\s,}\])'\"]+))"
+    r"(?:(?P<vq>['\"])(?P<quoted>(?:\\.|(?!(?P=vq))[^\\\n]){0,4096})(?P=vq)|(?P<bare>[^\s,}\])'\"]+))"
 )
 
 
@@ -110,7 +110,7 @@ def _quoted(text: str) -> str:
 
 # password=pw  password='p w'  User(token="abc")  ?token=abc&x=1 (the URL rule of core too)
 _PAIR = re.compile(
-    r"(?P<name>[A-Za-z0-9_.%+\-\[\]]+)=(?:(?P<vq>['\"])(?P<quoted>(?:\\.|(?!(?P=vq)).)*)(?P=vq)"
+    r"(?<![A-Za-z0-9_.%+\-\[\]])(?P<name>[A-Za-z0-9_.%+\-\[\]]{1,128})=(?:(?P<vq>['\"])(?P<quoted>(?:\\.|(?!(?P=vq))[^\\\n]){0,4096})(?P=vq)"
     r"|(?P<bare>[^&\s#'\"<>;,)]+))"
 )
 
@@ -134,7 +134,7 @@ def _pairs(text: str) -> str:
 
 # token: abc   X-Api-Key: abc   password : hunter2   (an authorization scheme is its own rule)
 _COLON = re.compile(
-    r"(?P<name>[A-Za-z][A-Za-z0-9_.\-]{0,63})(?P<sep>[ \t]*:[ \t]*)"
+    r"(?<![A-Za-z0-9_.\-])(?P<name>[A-Za-z][A-Za-z0-9_.\-]{0,63})(?P<sep>[ \t]*:[ \t]*)"
     r"(?!(?:[Bb]earer|BEARER|Basic|BASIC)[ \t])(?P<value>[^\s,;'\"(){}\[\]]+)"
 )
 
@@ -153,7 +153,9 @@ def _colons(text: str) -> str:
     return _COLON.sub(_colon, text)
 
 
-_KEY_DETAIL = re.compile(r"Key \(([^)]*)\)=\((.*?)\)(?= already exists| is not present|\.|$)")
+_KEY_DETAIL = re.compile(
+    r"Key \(([^()\n]{1,512})\)=\(([^\n]{0,256}?)\)(?= already exists| is not present|\.|$)"
+)
 
 
 def _key_detail(match: re.Match[str]) -> str:
