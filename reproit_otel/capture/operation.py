@@ -326,6 +326,11 @@ class Operation:
     _unheld: dict[str, int] | None = None
     _capped: dict[str, int] | None = None
 
+    # Original values redaction hid from this operation's calls (a failing statement's
+    # parameters its error echoes): every text of the operation is scrubbed of them too.
+    # Replaced whole, never mutated, so it is read without the lock.
+    _echoed: tuple[str, ...] = ()
+
     scan = False
     """Whether this is a scan-time operation (its events leave in the response header)."""
 
@@ -375,6 +380,19 @@ class Operation:
         # Reasons met under the lock, reported to the processor once it is released.
         self._unreported: list[str] = []
         self._lock = threading.Lock()
+
+    def note_echoed_values(self, values: tuple[str, ...]) -> None:
+        """Values a call of this operation redacted that later texts may echo (a database
+        error repeated in the response body, the exception): scrubbed from everything the
+        operation records from now on, as configured secret values are."""
+        if values:
+            self._echoed = tuple(dict.fromkeys((*self._echoed, *values)))
+
+    def _secrets(self) -> tuple[str, ...]:
+        """The values to scrub: the configured ones and those seen in this operation."""
+        configured = self._settings.secrets()
+        echoed = self._echoed
+        return (*configured, *echoed) if echoed else configured
 
     @property
     def created(self) -> float:
@@ -433,7 +451,7 @@ class Operation:
                 os.urandom(8).hex(),
             ),
             self.name,
-            input_factory=_scrubbed_input(self._input_factory or _no_input, self._settings.secrets),
+            input_factory=_scrubbed_input(self._input_factory or _no_input, self._secrets),
             max_events=self._settings.max_events,
             origin_ns=self._origin,
             start=self._start,
@@ -462,7 +480,7 @@ class Operation:
                     complete,
                     output_factory=None
                     if factory is None
-                    else _guarded_output(factory, self._settings.secrets),
+                    else _guarded_output(factory, self._secrets),
                     stamp=stamp,
                 )
             self._trace = fresh
@@ -487,7 +505,7 @@ class Operation:
         output, status, success, complete, factory, stamp, wanted = returned
         fresh.materialize()
         if factory is not None:
-            output = _guarded_output(factory, self._settings.secrets)()
+            output = _guarded_output(factory, self._secrets)()
             factory = None
         error = self.error
         if error is not None and isinstance(status, int) and status >= 500:
@@ -511,9 +529,7 @@ class Operation:
         when it runs (registered ones included), as the output is. It must not hold the
         operation: the trace would then be part of a reference cycle, left to the cyclic
         garbage collector."""
-        return functools.partial(
-            _build, build, library, self._settings.secrets, self._build_failures
-        )
+        return functools.partial(_build, build, library, self._secrets, self._build_failures)
 
     def _room_locked(self) -> bool:
         """Whether an effect pushed now still leaves room for the ``return`` event."""
@@ -697,7 +713,7 @@ class Operation:
         exchange: dict[str, Any],
     ) -> None:
         """Push the exchange as an effect (secret values scrubbed first, D8)."""
-        secrets = self._settings.secrets()
+        secrets = self._secrets()
         if secrets:
             exchange = scrub_exact_bytes(scrub_value(exchange, secrets), secrets)
             resource = None if resource is None else scrub_secret_values(resource, secrets)
@@ -762,7 +778,7 @@ class Operation:
         event cap likewise, in ``capped_effects``.
         """
         if self.scan:  # built and redacted now, before the lock
-            built = _build(build, library, self._settings.secrets(), self._build_failures)
+            built = _build(build, library, self._secrets(), self._build_failures)
             if built is not None:
                 self._push_built(binding, effect, *built)
                 return
@@ -992,7 +1008,7 @@ class Operation:
         if recording.collecting.active:  # a finalizer, maybe inside one of our locked sections
             recording.hand_over(functools.partial(self.note_error, build))
             return
-        error = build(self._settings.secrets())
+        error = build(self._secrets())
         if error is None:
             return
         with self._lock:
@@ -1061,11 +1077,11 @@ class Operation:
         deferred_output: Callable[[], Any] | None = None
         if output_factory is not None:
             if wanted and not lazy:
-                output = _guarded_output(output_factory, self._settings.secrets)()
+                output = _guarded_output(output_factory, self._secrets)()
             else:
                 deferred_output = output_factory  # guarded when the return event is pushed
         elif output is not None:
-            secrets = self._settings.secrets()
+            secrets = self._secrets()
             if secrets:
                 output = scrub_value(output, secrets)
         failure = not self.scan and status is not None and status >= 500
@@ -1134,7 +1150,7 @@ class Operation:
                     complete,
                     output_factory=None
                     if deferred_output is None
-                    else _guarded_output(deferred_output, self._settings.secrets),
+                    else _guarded_output(deferred_output, self._secrets),
                 )
         except TraceError as exc:
             with self._lock:

@@ -346,7 +346,7 @@ def _failed(
         recorder.fail(_NO_REQUEST)
         return
     try:
-        _note_echoes(statement, error)
+        _note_echoes(recorder, statement, error)
         statement.response = error_response(error)
         _finish(recorder, statement)
     except Exception as exc:
@@ -354,9 +354,12 @@ def _failed(
         absorb("psycopg2.record", exc)
 
 
-def _note_echoes(statement: _Statement, error: BaseException) -> None:
-    """Tell the recording which original values ``error`` may echo (its exception record
-    is scrubbed of them; the exchange's own error texts are scrubbed when it is built)."""
+def _note_echoes(
+    recorder: recording.ExchangeRecorder, statement: _Statement, error: BaseException
+) -> None:
+    """Tell the recording which original values ``error`` may echo: its exception record,
+    and every text of the operation the statement belongs to (a response body repeating the
+    error), are scrubbed of them; the exchange's own error texts when it is built."""
     values = statement.values
     if values is _LATER:
         values = encode_params(statement.params)
@@ -364,6 +367,9 @@ def _note_echoes(statement: _Statement, error: BaseException) -> None:
     for item in values if statement.params is _MANY and isinstance(values, list) else [values]:
         originals.extend(redacted_originals(statement.text, item))
     recording.note_echoed_values(error, originals)
+    note = getattr(recorder.owner, "note_echoed_values", None)
+    if callable(note) and originals:
+        note(tuple(originals))
 
 
 class _Pending:

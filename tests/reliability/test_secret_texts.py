@@ -31,7 +31,7 @@ from urllib.parse import quote, quote_plus
 import psycopg2
 import pytest
 import requests
-from flask import Flask
+from flask import Flask, jsonify
 
 from reproit_otel.capture.uploader import Uploader
 from reproit_otel.redaction.core import placeholder
@@ -180,11 +180,20 @@ def make_app(upstream: str, dsn: str) -> Flask:
             raise RuntimeError(MESSAGE) from error
         return "unreachable"
 
+    @app.get("/quiet/<marker>")
+    def quiet(marker: str) -> Any:
+        # The error is caught and its text answered: the body echoes what the statement's
+        # redaction hid, so the operation's other texts are scrubbed of those values too.
+        try:
+            _failing_statements(dsn)
+        except psycopg2.IntegrityError as error:
+            return jsonify({"error": str(error), "m": marker}), 500
+        return "unreachable"
+
     return app
 
 
-@pytest.fixture
-def captured(upstream: str, members: str, tmp_path: Path) -> dict[str, Any]:
+def _capture(upstream: str, members: str, tmp_path: Path, path: str) -> dict[str, Any]:
     ingest = LoopbackIngest()
     dump = tmp_path / "dump"
     environ = {
@@ -196,7 +205,7 @@ def captured(upstream: str, members: str, tmp_path: Path) -> dict[str, Any]:
     }
     try:
         with served(upstream, members, environ, app=make_app(upstream, members)) as service:
-            assert fetch(service.base, "GET", f"/signup/{MARKER}")[0] == 500
+            assert fetch(service.base, "GET", path)[0] == 500
             [uploader] = [s for s in service.sinks() if isinstance(s, Uploader)]
             assert uploader.flush(20) is True
             [upload] = ingest.wait_for(1)
@@ -205,8 +214,13 @@ def captured(upstream: str, members: str, tmp_path: Path) -> dict[str, Any]:
     body = upload.body.decode("utf-8")
     capsule = capsule_from_batch(json.loads(body))
     assert capsule is not None
-    dumps = [path.read_text(encoding="utf-8") for path in sorted(dump.glob("*.json"))]
+    dumps = [file.read_text(encoding="utf-8") for file in sorted(dump.glob("*.json"))]
     return {"body": body, "capsule": capsule, "dumps": dumps}
+
+
+@pytest.fixture
+def captured(upstream: str, members: str, tmp_path: Path) -> dict[str, Any]:
+    return _capture(upstream, members, tmp_path, f"/signup/{MARKER}")
 
 
 def test_the_planted_forms_are_what_the_search_looks_for() -> None:
@@ -284,3 +298,17 @@ def test_a_ci_failure_text_is_scrubbed(tmp_path: Path) -> None:
         f"Bearer $reproit postgresql://$reproit@db/app {MARKER}"
     }
     assert leaks([json.dumps(capsule), *run.markers]) == []
+
+
+def test_a_response_body_echoing_the_error_is_scrubbed_of_the_originals(
+    upstream: str, members: str, tmp_path: Path
+) -> None:
+    captured = _capture(upstream, members, tmp_path, f"/quiet/{MARKER}")
+    capsule = captured["capsule"]
+    assert leaks([captured["body"], capsule_text(capsule), *captured["dumps"]]) == []
+    [end] = [e for e in capsule["events"] if e["kind"] == "return"]
+    assert end["output"] == {
+        "error": 'null value in column "name" of relation "text_members" violates not-null '
+        "constraint\nDETAIL:  Failing row contains (7, $reproit, $reproit, null).\n",
+        "m": MARKER,
+    }
