@@ -326,11 +326,6 @@ class Operation:
     _unheld: dict[str, int] | None = None
     _capped: dict[str, int] | None = None
 
-    # Original values redaction hid from this operation's calls (a failing statement's
-    # parameters its error echoes): every text of the operation is scrubbed of them too.
-    # Replaced whole, never mutated, so it is read without the lock.
-    _echoed: tuple[str, ...] = ()
-
     scan = False
     """Whether this is a scan-time operation (its events leave in the response header)."""
 
@@ -353,6 +348,10 @@ class Operation:
         seed is drawn when the trace opens) describe that trace. ``settings`` are the
         processor's, shared by every operation it begins."""
         self._settings = settings
+        # Original values redaction hid from this operation's calls (a failing statement's
+        # parameters its error echoes), in a box shared with the deferred builders; the
+        # tuple inside is replaced whole, so it is read without the lock.
+        self._echoed: list[tuple[str, ...]] = [()]
         self.otel_trace_id = otel_trace_id
         self.root_span_id = root_span_id
         # The middleware's InboundRequest when a middleware finishes this operation at response
@@ -386,13 +385,17 @@ class Operation:
         error repeated in the response body, the exception): scrubbed from everything the
         operation records from now on, as configured secret values are."""
         if values:
-            self._echoed = tuple(dict.fromkeys((*self._echoed, *values)))
+            box = self._echoed
+            box[0] = tuple(dict.fromkeys((*box[0], *values)))
 
     def _secrets(self) -> tuple[str, ...]:
         """The values to scrub: the configured ones and those seen in this operation."""
-        configured = self._settings.secrets()
-        echoed = self._echoed
-        return (*configured, *echoed) if echoed else configured
+        return _with_echoed(self._settings.secrets, self._echoed)
+
+    def _secrets_source(self) -> Callable[[], tuple[str, ...]]:
+        """:meth:`_secrets` as a callable a deferred builder keeps (it holds the settings and
+        the box of echoed values, never the operation: no reference cycle)."""
+        return functools.partial(_with_echoed, self._settings.secrets, self._echoed)
 
     @property
     def created(self) -> float:
@@ -451,7 +454,7 @@ class Operation:
                 os.urandom(8).hex(),
             ),
             self.name,
-            input_factory=_scrubbed_input(self._input_factory or _no_input, self._secrets),
+            input_factory=_scrubbed_input(self._input_factory or _no_input, self._secrets_source()),
             max_events=self._settings.max_events,
             origin_ns=self._origin,
             start=self._start,
@@ -480,7 +483,7 @@ class Operation:
                     complete,
                     output_factory=None
                     if factory is None
-                    else _guarded_output(factory, self._secrets),
+                    else _guarded_output(factory, self._secrets_source()),
                     stamp=stamp,
                 )
             self._trace = fresh
@@ -505,7 +508,7 @@ class Operation:
         output, status, success, complete, factory, stamp, wanted = returned
         fresh.materialize()
         if factory is not None:
-            output = _guarded_output(factory, self._secrets)()
+            output = _guarded_output(factory, self._secrets_source())()
             factory = None
         error = self.error
         if error is not None and isinstance(status, int) and status >= 500:
@@ -529,7 +532,9 @@ class Operation:
         when it runs (registered ones included), as the output is. It must not hold the
         operation: the trace would then be part of a reference cycle, left to the cyclic
         garbage collector."""
-        return functools.partial(_build, build, library, self._secrets, self._build_failures)
+        return functools.partial(
+            _build, build, library, self._secrets_source(), self._build_failures
+        )
 
     def _room_locked(self) -> bool:
         """Whether an effect pushed now still leaves room for the ``return`` event."""
@@ -1077,7 +1082,7 @@ class Operation:
         deferred_output: Callable[[], Any] | None = None
         if output_factory is not None:
             if wanted and not lazy:
-                output = _guarded_output(output_factory, self._secrets)()
+                output = _guarded_output(output_factory, self._secrets_source())()
             else:
                 deferred_output = output_factory  # guarded when the return event is pushed
         elif output is not None:
@@ -1150,7 +1155,7 @@ class Operation:
                     complete,
                     output_factory=None
                     if deferred_output is None
-                    else _guarded_output(deferred_output, self._secrets),
+                    else _guarded_output(deferred_output, self._secrets_source()),
                 )
         except TraceError as exc:
             with self._lock:
@@ -1249,3 +1254,12 @@ def _guarded_output(
         return None
 
     return output
+
+
+def _with_echoed(
+    configured: Callable[[], tuple[str, ...]], echoed: list[tuple[str, ...]]
+) -> tuple[str, ...]:
+    """The configured secret values, then the values an operation saw echoed."""
+    values = configured()
+    seen = echoed[0]
+    return (*values, *seen) if seen else values
