@@ -9,6 +9,12 @@ API key or an unreachable ingest goes unnoticed.
 :func:`ensure_visible` adds one handler to the ``reproit_otel`` logger that writes a record
 (warning and above) to stderr only when no stream or file handler on the way to the root
 would write it, so nothing is printed twice. It holds no lock: a line is one ``write``.
+
+Every line reproit-otel logs leaves the process as well when the application exports its logs
+(OpenTelemetry's ``LoggingHandler``): :func:`scrub_log_records` puts a filter on the loggers
+reproit-otel writes to that passes each record's text through the one scrubber
+(:func:`reproit_otel.redaction.text.scrub_text`, with the configured secret values) before
+any handler sees it.
 """
 
 from __future__ import annotations
@@ -16,9 +22,37 @@ from __future__ import annotations
 import logging
 import sys
 
-__all__ = ["ensure_visible"]
+from reproit_otel.redaction.text import scrub_text
+
+__all__ = ["ensure_visible", "scrub_log_records"]
 
 _LOGGER_NAME = "reproit_otel"
+# Every logger reproit-otel writes to (a parent's filters do not see a child's records).
+_LOGGER_NAMES = (_LOGGER_NAME, "reproit_otel.ingest", "reproit_otel.ingest.access")
+
+
+class _Scrubbed(logging.Filter):
+    """Rewrites a record's text through :func:`scrub_text` (never drops a record)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+            recording = sys.modules.get("reproit_otel.capture.recording")
+            secrets = () if recording is None else recording.registered_secret_values()
+            scrubbed = scrub_text(message, secrets)
+        except Exception:  # a record whose arguments do not format: left to the handler
+            return True
+        if scrubbed != message:
+            record.msg, record.args = scrubbed, None
+        return True
+
+
+def scrub_log_records() -> None:
+    """Put the scrubbing filter on every logger reproit-otel writes to (once per process)."""
+    for name in _LOGGER_NAMES:
+        logger = logging.getLogger(name)
+        if not any(isinstance(existing, _Scrubbed) for existing in logger.filters):
+            logger.addFilter(_Scrubbed())
 
 
 class _StderrFallback(logging.Handler):
@@ -66,7 +100,9 @@ def _printed_elsewhere(
 
 
 def ensure_visible() -> None:
-    """Add the stderr fallback to the ``reproit_otel`` logger (once per process)."""
+    """Add the stderr fallback to the ``reproit_otel`` logger (once per process), and the
+    scrubbing filter to every logger reproit-otel writes to."""
+    scrub_log_records()
     logger = logging.getLogger(_LOGGER_NAME)
     if any(isinstance(handler, _StderrFallback) for handler in logger.handlers):
         return

@@ -78,8 +78,13 @@ def frame_roots() -> FrameRoots:
 
 
 def record_exception(error: BaseException, secrets: tuple[str, ...]) -> dict[str, Any]:
-    """The JSON value of ``error`` (``wire.exception.exception_record``) for this process."""
-    return exception_record(error, frame_roots(), secrets)
+    """The JSON value of ``error`` (``wire.exception.exception_record``) for this process.
+
+    Its messages are scrubbed of ``secrets`` and of the values redaction hid from the calls
+    that raised it or its causes (:func:`~reproit_otel.capture.recording.echoed_values`).
+    """
+    echoed = recording.echoed_values(error)
+    return exception_record(error, frame_roots(), (*secrets, *echoed) if echoed else secrets)
 
 
 def exception_marker_line(operation: str, error: dict[str, Any]) -> str:

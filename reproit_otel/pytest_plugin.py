@@ -183,22 +183,33 @@ def operation_of(item: pytest.Item) -> str:
 _failure_key = pytest.StashKey[str]()
 
 
-def _phase_failure(call: pytest.CallInfo[None], report: pytest.TestReport) -> str | None:
-    """The failure text of a failed phase, or None when the phase did not fail."""
+def _phase_failure(
+    call: pytest.CallInfo[None], report: pytest.TestReport, secrets: tuple[str, ...]
+) -> str | None:
+    """The failure text of a failed phase, or None when the phase did not fail.
+
+    Scrubbed like every text that leaves the process (:func:`scrub_text`): of ``secrets`` and
+    of the values redaction hid from the calls that raised the exception or its causes.
+    """
     if not report.failed:
         return None
     if call.excinfo is not None:
-        return naming.exception_text(call.excinfo.value)
+        error = call.excinfo.value
+        echoed = recording.echoed_values(error)
+        return naming.exception_text(error, (*secrets, *echoed))
     # A failure without an exception: a strict xpass ("[XPASS(strict)] reason").
-    return naming.failure_text(str(report.longrepr or ""))
+    return naming.failure_text(str(report.longrepr or ""), secrets)
 
 
 def _record_phase(
-    item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport
+    item: pytest.Item,
+    call: pytest.CallInfo[None],
+    report: pytest.TestReport,
+    secrets: tuple[str, ...],
 ) -> None:
     if _failure_key in item.stash:
         return  # the first failing phase decides (a teardown error after a failing call)
-    failure = _phase_failure(call, report)
+    failure = _phase_failure(call, report, secrets)
     if failure is not None:
         item.stash[_failure_key] = failure
 
@@ -298,7 +309,7 @@ class CaptureMode:
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
         with guarded("pytest_plugin.makereport"):
-            _record_phase(item, call, report)
+            _record_phase(item, call, report, self.pipeline.current_secrets())
         return report
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -347,7 +358,9 @@ class ReplayMode:
         report = yield
         if item is self.target:
             with guarded("pytest_plugin.makereport"):
-                _record_phase(item, call, report)
+                from reproit_otel.replay.session import live_secret_values
+
+                _record_phase(item, call, report, live_secret_values())
         return report
 
     @pytest.hookimpl(wrapper=True)

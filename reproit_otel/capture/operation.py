@@ -349,6 +349,10 @@ class Operation:
         seed is drawn when the trace opens) describe that trace. ``settings`` are the
         processor's, shared by every operation it begins."""
         self._settings = settings
+        # Original values redaction hid from this operation's calls (a failing statement's
+        # parameters its error echoes), in a box shared with the deferred builders; the
+        # tuple inside is replaced whole, so it is read without the lock.
+        self._echoed: list[tuple[str, ...]] = [()]
         self.otel_trace_id = otel_trace_id
         self.root_span_id = root_span_id
         # The middleware's InboundRequest when a middleware finishes this operation at response
@@ -376,6 +380,23 @@ class Operation:
         # Reasons met under the lock, reported to the processor once it is released.
         self._unreported: list[str] = []
         self._lock = threading.Lock()
+
+    def note_echoed_values(self, values: tuple[str, ...]) -> None:
+        """Values a call of this operation redacted that later texts may echo (a database
+        error repeated in the response body, the exception): scrubbed from everything the
+        operation records from now on, as configured secret values are."""
+        if values:
+            box = self._echoed
+            box[0] = tuple(dict.fromkeys((*box[0], *values)))
+
+    def _secrets(self) -> tuple[str, ...]:
+        """The values to scrub: the configured ones and those seen in this operation."""
+        return _with_echoed(self._settings.secrets, self._echoed)
+
+    def _secrets_source(self) -> Callable[[], tuple[str, ...]]:
+        """:meth:`_secrets` as a callable a deferred builder keeps (it holds the settings and
+        the box of echoed values, never the operation: no reference cycle)."""
+        return functools.partial(_with_echoed, self._settings.secrets, self._echoed)
 
     @property
     def created(self) -> float:
@@ -434,7 +455,7 @@ class Operation:
                 os.urandom(8).hex(),
             ),
             self.name,
-            input_factory=_scrubbed_input(self._input_factory or _no_input, self._settings.secrets),
+            input_factory=_scrubbed_input(self._input_factory or _no_input, self._secrets_source()),
             max_events=self._settings.max_events,
             origin_ns=self._origin,
             start=self._start,
@@ -463,7 +484,7 @@ class Operation:
                     complete,
                     output_factory=None
                     if factory is None
-                    else _guarded_output(factory, self._settings.secrets),
+                    else _guarded_output(factory, self._secrets_source()),
                     stamp=stamp,
                 )
             self._trace = fresh
@@ -488,7 +509,7 @@ class Operation:
         output, status, success, complete, factory, stamp, wanted = returned
         fresh.materialize()
         if factory is not None:
-            output = _guarded_output(factory, self._settings.secrets)()
+            output = _guarded_output(factory, self._secrets_source())()
             factory = None
         error = self.error
         if error is not None and isinstance(status, int) and status >= 500:
@@ -513,7 +534,7 @@ class Operation:
         operation: the trace would then be part of a reference cycle, left to the cyclic
         garbage collector."""
         return functools.partial(
-            _build, build, library, self._settings.secrets, self._build_failures
+            _build, build, library, self._secrets_source(), self._build_failures
         )
 
     def _room_locked(self) -> bool:
@@ -698,7 +719,7 @@ class Operation:
         exchange: dict[str, Any],
     ) -> None:
         """Push the exchange as an effect (secret values scrubbed first, D8)."""
-        secrets = self._settings.secrets()
+        secrets = self._secrets()
         if secrets:
             exchange = scrub_exact_bytes(scrub_value(exchange, secrets), secrets)
             resource = None if resource is None else scrub_secret_values(resource, secrets)
@@ -763,7 +784,7 @@ class Operation:
         event cap likewise, in ``capped_effects``.
         """
         if self.scan:  # built and redacted now, before the lock
-            built = _build(build, library, self._settings.secrets(), self._build_failures)
+            built = _build(build, library, self._secrets(), self._build_failures)
             if built is not None:
                 self._push_built(binding, effect, *built)
                 return
@@ -993,7 +1014,7 @@ class Operation:
         if recording.collecting.active:  # a finalizer, maybe inside one of our locked sections
             recording.hand_over(functools.partial(self.note_error, build))
             return
-        error = build(self._settings.secrets())
+        error = build(self._secrets())
         if error is None:
             return
         with self._lock:
@@ -1062,11 +1083,11 @@ class Operation:
         deferred_output: Callable[[], Any] | None = None
         if output_factory is not None:
             if wanted and not lazy:
-                output = _guarded_output(output_factory, self._settings.secrets)()
+                output = _guarded_output(output_factory, self._secrets_source())()
             else:
                 deferred_output = output_factory  # guarded when the return event is pushed
         elif output is not None:
-            secrets = self._settings.secrets()
+            secrets = self._secrets()
             if secrets:
                 output = scrub_value(output, secrets)
         failure = not self.scan and status is not None and status >= 500
@@ -1135,7 +1156,7 @@ class Operation:
                     complete,
                     output_factory=None
                     if deferred_output is None
-                    else _guarded_output(deferred_output, self._settings.secrets),
+                    else _guarded_output(deferred_output, self._secrets_source()),
                 )
         except TraceError as exc:
             with self._lock:
@@ -1236,3 +1257,12 @@ def _guarded_output(
         return None
 
     return output
+
+
+def _with_echoed(
+    configured: Callable[[], tuple[str, ...]], echoed: list[tuple[str, ...]]
+) -> tuple[str, ...]:
+    """The configured secret values, then the values an operation saw echoed."""
+    values = configured()
+    seen = echoed[0]
+    return (*values, *seen) if seen else values

@@ -92,8 +92,10 @@ override has no live operation (between tests) the installed pipeline is asked a
 from __future__ import annotations
 
 import collections
+import contextlib
 import gc
 import threading
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
@@ -113,10 +115,12 @@ __all__ = [
     "collecting",
     "cover_current_span",
     "current_pipeline",
+    "echoed_values",
     "hand_over",
     "handed_over",
     "is_suppressed",
     "mark_incomplete",
+    "note_echoed_values",
     "recording_enabled",
     "register_secret_values",
     "registered_secret_values",
@@ -536,3 +540,38 @@ def register_secret_values(values: Iterable[str]) -> None:
 def registered_secret_values() -> tuple[str, ...]:
     """Every value registered through :func:`register_secret_values`, in registration order."""
     return _secrets_view  # replaced whole under the lock, so always a consistent tuple
+
+
+# The original values a failing call's redaction hid, by the exception the call raised (a
+# database error echoes its parameters: ``Failing row contains (5, a@b.c, hunter2)``). Weak
+# keys: an exception the application drops takes its entry with it.
+_echoed: weakref.WeakKeyDictionary[BaseException, tuple[str, ...]] = weakref.WeakKeyDictionary()
+_MAX_CHAIN_WALK = 16
+
+
+def note_echoed_values(error: BaseException, values: Iterable[str]) -> None:
+    """Remember the original ``values`` redaction hid from the call that raised ``error``, so
+    every text made of ``error`` (the exception record, its causes) is scrubbed of them."""
+    kept = tuple(v for v in values if isinstance(v, str) and v)
+    if not kept:
+        return
+    with contextlib.suppress(TypeError):  # an exception class that is not hashable
+        _echoed[error] = _echoed.get(error, ()) + kept
+
+
+def echoed_values(error: BaseException) -> tuple[str, ...]:
+    """The values :func:`note_echoed_values` kept for ``error`` and the exceptions it chains."""
+    found: list[str] = []
+    seen: set[int] = set()
+    pending: list[BaseException] = [error]
+    while pending and len(seen) < _MAX_CHAIN_WALK:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        with contextlib.suppress(TypeError):
+            found.extend(_echoed.get(current, ()))
+        for linked in (current.__cause__, current.__context__):
+            if isinstance(linked, BaseException):
+                pending.append(linked)
+    return tuple(dict.fromkeys(found))

@@ -265,6 +265,7 @@ class Uploader(Sending):
         self._environment: EnvironmentFactory = environment or host_environment
         self._closed = False
         self._exit_flushed = False
+        self._warned_restart = False  # a restarted thread is logged once per uploader
         self._reset_process_state()
         _live_uploaders.add(self)
         _register_exit_flush(self)
@@ -299,6 +300,9 @@ class Uploader(Sending):
         self._sending = False
         self._batch_number = 0
         self._thread: threading.Thread | None = None
+        # Set (no lock) by a thread that ends without being told to: the next caller starts
+        # another one (keep_settling reads it on every capture, so it is a plain attribute).
+        self._thread_died = False
         self._stop = threading.Event()
         self._warnings: dict[str, int] = {}
 
@@ -310,9 +314,17 @@ class Uploader(Sending):
         self._closed = closed
 
     def _ensure_thread(self) -> None:
-        """Start the uploader thread of this process if it is not running (lock held)."""
+        """Start the uploader thread of this process if it is not running (lock held); a
+        thread that died is replaced, and that is logged once."""
         if self._thread is not None and self._thread.is_alive():
             return
+        if self._thread is not None and not self._warned_restart:
+            self._warned_restart = True
+            _log.warning(
+                "reproit-otel: the uploader thread stopped unexpectedly; a new one was started "
+                "(the operation it was sending may be lost, later ones are sent)"
+            )
+        self._thread_died = False
         self._thread = threading.Thread(target=self._run, name="reproit-otel-uploader", daemon=True)
         self._thread.start()
 
@@ -351,6 +363,8 @@ class Uploader(Sending):
         """
         unopened = self._unopened
         unopened.append(open_trace)
+        if self._thread_died:  # nobody would open it: start a thread again
+            self.keep_settling()
         if len(unopened) > self.settings.queue_limit:
             try:
                 unopened.popleft()
@@ -412,7 +426,7 @@ class Uploader(Sending):
         :data:`SETTLE_INTERVAL_S`, so an idle worker does not keep that work (and the
         operation it refers to) until its next request. Cheap once the thread runs.
         """
-        if self._thread is not None or self._closed:
+        if (self._thread is not None and not self._thread_died) or self._closed:
             return
         with self._cond:
             if os.getpid() == self._pid and not self._closed:
@@ -551,10 +565,12 @@ class Uploader(Sending):
 
     def _run(self) -> None:
         detach = _suppressed()
+        told_to_stop = False
         try:
             while True:
                 work = self._wait_for_work()
                 if work is None:
+                    told_to_stop = True
                     return
                 if recording.handed_over:
                     self._settle()
@@ -564,6 +580,11 @@ class Uploader(Sending):
                     self._drain()
         finally:
             detach()
+            if not told_to_stop:  # killed (an exception from outside, a defect that escaped)
+                self._thread_died = True
+                with self._cond:
+                    self._sending = False
+                    self._cond.notify_all()
 
     def _wait_for_work(self) -> bool | None:
         """Wait for batches to send (True) or the next settling round (False); None: stop."""

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Iterable
 from typing import Final
 
+from reproit_otel.redaction.text import scrub_text
 from reproit_otel.wire._js import code_point_cut, js_trim
 from reproit_otel.wire.trace import TraceContext
 
@@ -63,18 +65,22 @@ def test_operation(suite: str, test: str) -> str:
 test_operation.__test__ = False  # type: ignore[attr-defined]  # not a test for pytest
 
 
-def failure_text(text: str) -> str:
-    """A failure text as recorded and reported: its first 2048 code points."""
-    return code_point_cut(text, MAX_CI_ERROR)
+_MAX_SCRUBBED = 65536  # code points read of a failure text: scrubbed first, then cut
 
 
-def exception_text(error: BaseException) -> str:
+def failure_text(text: str, secrets: Iterable[str] = ()) -> str:
+    """A failure text as recorded and reported: scrubbed (``scrub_text``, with ``secrets``),
+    then its first 2048 code points (scrubbing first: a cut never halves a secret)."""
+    return code_point_cut(scrub_text(text[:_MAX_SCRUBBED], secrets), MAX_CI_ERROR)
+
+
+def exception_text(error: BaseException, secrets: Iterable[str] = ()) -> str:
     """``str(error)`` bounded by :func:`failure_text`; an unprintable error names its type."""
     try:
         text = str(error)
     except Exception:
         text = f"<unprintable {type(error).__name__}>"
-    return failure_text(text)
+    return failure_text(text, secrets)
 
 
 def ci_trace_context(now_ms: int, build: str | None) -> TraceContext:

@@ -153,7 +153,7 @@ class CiRecordingPipeline:
     ) -> None:
         """Push the (scrubbed) exchange onto the trace it was started in."""
         assert isinstance(handle, CiTrace)
-        secrets = self._secrets()
+        secrets = self.current_secrets()
         if secrets:
             exchange = scrub_value(exchange, secrets)
             resource = None if resource is None else scrub_secret_values(resource, secrets)
@@ -176,7 +176,7 @@ class CiRecordingPipeline:
         if isinstance(handle, CiTrace):
             handle.failed_exchanges += 1
 
-    def _secrets(self) -> tuple[str, ...]:
+    def current_secrets(self) -> tuple[str, ...]:
         registered = registered_secret_values()
         return self._secret_values + tuple(v for v in registered if v not in self._secret_values)
 

@@ -5,7 +5,9 @@ does not look like a path: no ``/``, no ``.json`` ending) is an occurrence id: i
 pulled from the ingest (``--ingest URL``, default ``$REPROIT_INGEST_URL``, else
 ``http://127.0.0.1:8765``; ``--api-key KEY``, default ``$REPROIT_API_KEY``) and saved as
 ``.reproit/capsules/<id>.json`` under the current folder, which is printed on standard error
-and kept, so the same capsule can be checked again (or shared) without the ingest.
+and kept, so the same capsule can be checked again (or shared) without the ingest. It is
+written through a new file renamed into place, never through a symbolic link: a link planted
+at that file or its folders is refused (exit 2).
 
 The application's standard output and standard error are shown after the verdict (the last
 lines of each, the standard error last), or as it runs with ``--verbose`` (both on check's
@@ -24,9 +26,11 @@ that cannot be pulled (unknown, without a capsule, key refused, no ingest answer
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import secrets
 import sys
 from pathlib import Path
 from typing import Any
@@ -139,6 +143,34 @@ def _looks_like_path(argument: str) -> bool:
     return any(mark in argument for mark in separators) or argument.lower().endswith(".json")
 
 
+def _write_without_links(target: Path, data: bytes) -> None:
+    """Write ``data`` to ``target`` without following a symbolic link anywhere on the way.
+
+    A link planted at the target or at a folder of :data:`CAPSULE_FOLDER` is refused (it
+    would send the pulled bytes elsewhere). The bytes go to a new file created beside the
+    target (``O_EXCL``, ``O_NOFOLLOW``) that is then renamed over it, so a link raced in
+    after the check is replaced, never written through.
+    """
+    folder = target.parent
+    for step in (*reversed(folder.parents[:-1]), folder, target):
+        if step.is_symlink():
+            raise CapsuleError(
+                f"{step} is a symbolic link: refusing to write the pulled capsule through it"
+            )
+    folder.mkdir(parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    temporary = folder / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    descriptor = os.open(temporary, flags, 0o600)
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(data)
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
 def resolve_target(
     argument: str,
     *,
@@ -167,8 +199,7 @@ def resolve_target(
             f"{argument} is no file, and occurrence {argument} cannot be pulled: {error}"
         ) from None
     target = CAPSULE_FOLDER / (re.sub(r"[^A-Za-z0-9_.-]", "_", argument) + ".json")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(body)
+    _write_without_links(target, body)
     say(
         f"reproit-otel {command}: pulled occurrence {shown(argument)} from {shown(client.base_url)}"
         f" into {shown(target)}",

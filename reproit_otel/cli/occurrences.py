@@ -12,19 +12,27 @@ Every command takes ``--ingest URL`` (default ``$REPROIT_INGEST_URL``, else
 the capsule bytes exactly as served (canonical JSON, no trailing newline) to ``FILE`` or
 standard output, ready for ``reproit-otel check``.
 
+Every read from the ingest is bounded: at most :data:`MAX_ANSWER_BYTES` bytes, and
+``--timeout`` seconds for the whole request (connecting, the answer's head and its body
+together, however slowly the bytes trickle in).
+
 Exit codes: 0 on success; 2 with one clear line on stderr when the ingest refuses the key,
-the occurrence is unknown (or has no capsule), or no ingest answers at the URL.
+the occurrence is unknown (or has no capsule), no ingest answers at the URL, or its answer
+is too large or too slow.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import http.client
 import json
 import os
+import socket
+import ssl
 import sys
-import urllib.error
+import threading
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,6 +41,7 @@ from reproit_otel.cli.terminal import json_text, say, shown, terminal_capsule
 
 __all__ = [
     "DEFAULT_INGEST_URL",
+    "MAX_ANSWER_BYTES",
     "IngestClient",
     "IngestClientError",
     "client_for",
@@ -43,6 +52,9 @@ __all__ = [
 DEFAULT_INGEST_URL = "http://127.0.0.1:8765"
 INGEST_URL_ENV = "REPROIT_INGEST_URL"
 API_KEY_ENV = "REPROIT_API_KEY"
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+"""The most bytes read of one answer of the ingest (a capsule is at most a few MiB)."""
+_CHUNK = 65536
 
 
 class IngestClientError(Exception):
@@ -58,28 +70,99 @@ class IngestClient:
         self.timeout = timeout
 
     def get(self, path: str, query: dict[str, str] | None = None) -> bytes:
-        """GET ``path``; raises :class:`IngestClientError` with a user-facing message."""
+        """GET ``path``; raises :class:`IngestClientError` with a user-facing message.
+
+        The whole request takes at most ``timeout`` seconds and its answer at most
+        :data:`MAX_ANSWER_BYTES` bytes: past either the connection is shut and the request
+        fails (a per-read timeout alone lets a trickling server hold it forever).
+        """
         url = self.base_url + path
         if query:
             url += "?" + urllib.parse.urlencode(query)
-        request = urllib.request.Request(url, method="GET")
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise IngestClientError(f"--ingest {self.base_url!r} is not an http(s):// URL")
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        headers = {"accept": "application/json"}
         if self.api_key:
-            request.add_header("authorization", f"Bearer {self.api_key}")
+            headers["authorization"] = f"Bearer {self.api_key}"
+        connection: http.client.HTTPConnection
+        if parts.scheme == "https":
+            connection = http.client.HTTPSConnection(
+                parts.hostname,
+                parts.port,
+                timeout=self.timeout,
+                context=ssl.create_default_context(),
+            )
+        else:
+            connection = http.client.HTTPConnection(
+                parts.hostname, parts.port, timeout=self.timeout
+            )
+        expired = threading.Event()
+        opened: list[socket.socket] = []  # the connection hands its socket to the response
+
+        def expire() -> None:
+            expired.set()
+            for sock in opened:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+        timer = threading.Timer(self.timeout, expire)
+        timer.daemon = True
         detach = _suppressed()
+        timer.start()
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                body: bytes = response.read()
-                return body
-        except urllib.error.HTTPError as error:
-            raise IngestClientError(self._refusal(error)) from None
-        except (urllib.error.URLError, OSError) as error:
-            reason = getattr(error, "reason", error)
+            connection.connect()
+            if connection.sock is not None:
+                opened.append(connection.sock)
+            if expired.is_set():
+                raise IngestClientError(self._too_slow())
+            connection.request("GET", target, headers=headers)
+            response = connection.getresponse()
+            body = self._bounded_body(response, expired)
+            if response.status >= 400:
+                raise IngestClientError(self._refusal(response.status, url, body))
+            return body
+        except (http.client.HTTPException, OSError) as error:
+            if expired.is_set():
+                raise IngestClientError(self._too_slow()) from None
             raise IngestClientError(
-                f"no ingest answers at {self.base_url} ({reason}); start one with "
+                f"no ingest answers at {self.base_url} ({error}); start one with "
                 "`reproit-otel serve` or point --ingest (or REPROIT_INGEST_URL) at it"
             ) from None
         finally:
+            timer.cancel()
+            connection.close()
             detach()
+
+    def _too_slow(self) -> str:
+        return (
+            f"the ingest at {self.base_url} did not answer within {self.timeout:g} s "
+            "(--timeout); is it overloaded or is --ingest another server?"
+        )
+
+    def _bounded_body(self, response: http.client.HTTPResponse, expired: threading.Event) -> bytes:
+        declared = response.getheader("content-length")
+        if declared is not None and declared.strip().isdigit() and int(declared) > MAX_ANSWER_BYTES:
+            raise IngestClientError(self._too_large())
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            chunk = response.read(_CHUNK)
+            if expired.is_set():
+                raise IngestClientError(self._too_slow())
+            if not chunk:
+                return b"".join(chunks)
+            size += len(chunk)
+            if size > MAX_ANSWER_BYTES:
+                raise IngestClientError(self._too_large())
+            chunks.append(chunk)
+
+    def _too_large(self) -> str:
+        return (
+            f"the ingest at {self.base_url} sent more than {MAX_ANSWER_BYTES} bytes in one "
+            "answer; refused (is --ingest an ingest URL?)"
+        )
 
     def get_json(self, path: str, query: dict[str, str] | None = None) -> Any:
         """GET ``path`` and parse the JSON answer."""
@@ -91,22 +174,22 @@ class IngestClient:
                 f"{self.base_url}{path} did not answer JSON; is --ingest an ingest URL?"
             ) from None
 
-    def _refusal(self, error: urllib.error.HTTPError) -> str:
+    def _refusal(self, status: int, url: str, body: bytes) -> str:
         message = ""
         try:
-            detail = json.loads(error.read())
+            detail = json.loads(body)
             message = str(detail.get("error", {}).get("message", ""))
-        except (ValueError, AttributeError, OSError):
+        except (ValueError, AttributeError, RecursionError):
             pass
-        if error.code == 401:
+        if status == 401:
             return (
                 f"the ingest at {self.base_url} refused the API key; pass --api-key or set "
                 f"{API_KEY_ENV} to a key the ingest accepts"
             )
-        if error.code == 404:
-            return message or f"{error.url} was not found on {self.base_url}"
+        if status == 404:
+            return message or f"{url} was not found on {self.base_url}"
         suffix = f": {message}" if message else ""
-        return f"the ingest at {self.base_url} answered HTTP {error.code}{suffix}"
+        return f"the ingest at {self.base_url} answered HTTP {status}{suffix}"
 
 
 def _suppressed() -> Callable[[], None]:

@@ -34,6 +34,8 @@
 * ``--header-timeout`` (10 s), ``--body-timeout`` (30 s) and
   ``--max-connections-per-client`` (32) bound slow and greedy clients; a client address that
   fails authentication 10 times in a minute is refused until the minute has passed.
+* ``--max-artifact-bytes`` (2 GiB) and ``--max-artifact-bytes-per-key`` (512 MiB): the bytes
+  of stored artifacts in all and per ingest key; an upload past either is refused (``429``).
 
 The application runs in uvicorn; SIGINT and SIGTERM stop it cleanly (in-flight requests
 finish, the store is closed). Access logs are JSON lines on stderr.
@@ -232,6 +234,18 @@ def register(subparsers: Any) -> None:
         default=None,
         help="largest accepted request body, after decompression (default 4 MiB)",
     )
+    parser.add_argument(
+        "--max-artifact-bytes",
+        type=int,
+        default=None,
+        help="bytes of artifacts the ingest stores in all (default 2 GiB)",
+    )
+    parser.add_argument(
+        "--max-artifact-bytes-per-key",
+        type=int,
+        default=None,
+        help="bytes of artifacts one ingest key may have stored (default 512 MiB)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -254,6 +268,9 @@ def _read_keys(args: argparse.Namespace) -> list[str]:
 
 
 def _configure_logging() -> None:
+    from reproit_otel._stderr import scrub_log_records
+
+    scrub_log_records()  # what the ingest logs passes through the one scrubber too
     logger = logging.getLogger("reproit_otel.ingest")
     if not logger.handlers:
         handler = logging.StreamHandler(sys.stderr)
@@ -270,9 +287,12 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn
 
         from reproit_otel.ingest.app import (
+            DEFAULT_MAX_ARTIFACT_BYTES,
+            DEFAULT_MAX_ARTIFACT_BYTES_PER_KEY,
             DEFAULT_MAX_BODY_BYTES,
             create_app,
         )
+        from reproit_otel.ingest.artifact_store import ArtifactQuota
         from reproit_otel.ingest.connections import guarded_protocol
         from reproit_otel.ingest.retention import RetentionRules, prune_periodically
         from reproit_otel.ingest.server import IngestServer
@@ -322,6 +342,10 @@ def run(args: argparse.Namespace) -> int:
         allowed_hosts=_allowed_hosts(args, public_url),
         public_url=public_url,
         body_timeout=args.body_timeout,
+        artifact_quota=ArtifactQuota(
+            args.max_artifact_bytes or DEFAULT_MAX_ARTIFACT_BYTES,
+            args.max_artifact_bytes_per_key or DEFAULT_MAX_ARTIFACT_BYTES_PER_KEY,
+        ),
     )
     config = uvicorn.Config(
         app,

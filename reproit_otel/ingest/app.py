@@ -19,7 +19,13 @@ Routes (every ``/v1`` route needs ``Authorization: Bearer <key>``):
     the 64 hex digits of the bytes' SHA-256. Answers ``201`` ``{"stored": true, "id", "bytes"}``,
     or ``200`` with ``"stored": false`` when the same artifact is already stored (it is stored
     once); ``400`` when the bytes do not hash to ``id`` (``artifact-hash``) or are not a capsule;
-    ``415`` for another media type.
+    ``415`` for another media type. The bytes follow the batch route's input rules (UTF-8
+    JSON, no ``NaN``/``Infinity``, no lone surrogate, nesting the parser can read: ``400``
+    otherwise). Over the artifact quota (:data:`DEFAULT_MAX_ARTIFACT_BYTES` overall,
+    :data:`DEFAULT_MAX_ARTIFACT_BYTES_PER_KEY` per ingest key) the answer is ``429
+    artifact-quota``. An artifact is bound to the batch that names it: a batch naming a stored
+    capsule artifact of another operation, trigger or oracle is refused (``400
+    artifact-binding``), and a capsule is only ever read from an artifact bound this way.
 ``GET /v1/occurrences?operation=&status=&project=&exception=&limit=&offset=``
     ``{"occurrences": [...], "total": N, "limit": L, "offset": O, "nextOffset": O2 | null}``,
     most recently seen first (``limit`` 1..500, default 50); ``exception`` keeps those with a
@@ -36,6 +42,10 @@ Routes (every ``/v1`` route needs ``Authorization: Bearer <key>``):
     (:mod:`reproit_otel.ingest.otlp`). Answers an empty ``ExportTraceServiceResponse``.
 ``GET /healthz``
     ``{"status": "ok"}``, without a key, for probes.
+
+A store that cannot write or read (a full disk, a corrupt or unreachable database) makes any
+route answer ``503 storage`` with the JSON error shape and no traceback; nothing acknowledged
+is lost (a batch is acknowledged only once its transaction committed).
 ``GET /`` and the other pages of :mod:`reproit_otel.ingest.web`
     The web page: occurrences, exchanges, the replay command (``web=False`` leaves it out).
 
@@ -48,8 +58,11 @@ in the thread pool.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
+import logging
+import sqlite3
 import zlib
 from collections.abc import Callable, Collection
 from typing import Any
@@ -60,9 +73,11 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reproit_otel.errors import CapsuleError
 from reproit_otel.ingest.accesslog import AccessLogMiddleware
+from reproit_otel.ingest.artifact_store import ArtifactQuota, binding_problem
 from reproit_otel.ingest.batch_check import check_batch, problem_json
 from reproit_otel.ingest.facts import (
     BatchFactError,
@@ -79,11 +94,17 @@ from reproit_otel.wire.artifacts import (
     ARTIFACT_ID_PATTERN,
     CAPSULE_MEDIA_TYPE,
     artifact_id,
+    capsule_artifact_id,
 )
 from reproit_otel.wire.canonical import canonical_json
 from reproit_otel.wire.capsule import capsule_bytes, capsule_from_batch, load_capsule
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+DEFAULT_MAX_ARTIFACT_BYTES = 2 * 1024 * 1024 * 1024
+"""Bytes of artifacts the ingest keeps in all."""
+DEFAULT_MAX_ARTIFACT_BYTES_PER_KEY = 512 * 1024 * 1024
+"""Bytes of artifacts one ingest key may have stored."""
+_log = logging.getLogger("reproit_otel.ingest")
 _MAX_OFFSET = 2**31 - 1  # past any real listing, within every database's OFFSET
 
 Handler = Callable[[Request], Any]
@@ -120,6 +141,51 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _parsed_json(raw: bytes, what: str) -> Any:
+    """``raw`` as JSON under the input rules every route shares; raises :class:`_Refused`."""
+    try:
+        value = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError) as error:
+        raise _Refused(400, "json", "body", f"the body is not UTF-8 JSON: {error}") from error
+    except RecursionError as error:
+        raise _Refused(400, "json", "body", f"the body nests too deeply to be {what}") from error
+    if has_lone_surrogate(value):
+        raise _Refused(
+            400,
+            "json",
+            "body",
+            "a string holds a lone UTF-16 surrogate escape (\\udxxx); text must be valid Unicode",
+        )
+    return value
+
+
+# What a store raises when it cannot write or read: a full disk, a corrupt database file, a
+# database that went away. psycopg2's errors are matched by module (it is optional).
+_STORAGE_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, OSError, MemoryError)
+
+
+def _is_storage_error(error: BaseException) -> bool:
+    if isinstance(error, _STORAGE_ERRORS):
+        return True
+    return type(error).__module__.startswith(("psycopg2", "psycopg"))
+
+
+def _storage_refusal(error: BaseException) -> JSONResponse:
+    _log.error("reproit-otel ingest: the store failed: %s: %s", type(error).__name__, error)
+    return JSONResponse(
+        {
+            "error": {
+                "rule": "storage",
+                "field": "store",
+                "message": "the ingest cannot store or read right now (disk full or database "
+                "unavailable); nothing was acknowledged, send it again later",
+            }
+        },
+        status_code=503,
+        headers={"retry-after": "30"},
+    )
+
+
 class IngestApp:
     """The route handlers bound to one store, key set and body limit."""
 
@@ -130,11 +196,15 @@ class IngestApp:
         api_keys: Collection[str] = (),
         read_keys: Collection[str] = (),
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        artifact_quota: ArtifactQuota | None = None,
     ) -> None:
         self.store = store
         self.api_keys = tuple(api_keys)
         self.read_keys = tuple(dict.fromkeys((*self.api_keys, *read_keys)))
         self.max_body_bytes = max_body_bytes
+        self.artifact_quota = artifact_quota or ArtifactQuota(
+            DEFAULT_MAX_ARTIFACT_BYTES, DEFAULT_MAX_ARTIFACT_BYTES_PER_KEY
+        )
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -211,6 +281,7 @@ class IngestApp:
         batch, facts, body_text, warnings = await run_in_threadpool(
             self._checked_batch, body, request.headers.get("content-encoding")
         )
+        await run_in_threadpool(self._checked_binding, batch)
         result = await run_in_threadpool(self.store.record_batch, batch, facts, body=body_text)
         return JSONResponse(
             {
@@ -227,22 +298,7 @@ class IngestApp:
     ) -> tuple[Any, FailureFacts, str, list[dict[str, str]]]:
         """The batch, its facts, its canonical text and its warnings; raises :class:`_Refused`."""
         raw = self._decompress(body, encoding)
-        try:
-            batch = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-        except (UnicodeDecodeError, ValueError) as error:
-            raise _Refused(400, "json", "body", f"the body is not UTF-8 JSON: {error}") from error
-        except RecursionError as error:
-            raise _Refused(
-                400, "json", "body", "the body nests too deeply to be a capture batch"
-            ) from error
-        if has_lone_surrogate(batch):
-            raise _Refused(
-                400,
-                "json",
-                "body",
-                "a string holds a lone UTF-16 surrogate escape (\\udxxx); text must be valid "
-                "Unicode",
-            )
+        batch = _parsed_json(raw, "a capture batch")
         checked = check_batch(batch)
         if checked.refused:
             first = checked.refused[0]
@@ -261,6 +317,18 @@ class IngestApp:
             raise _Refused(400, error.rule, error.field, str(error)) from error
         warnings = [problem_json(problem) for problem in checked.warnings]
         return batch, facts, canonical_json(batch), warnings
+
+    def _checked_binding(self, batch: Any) -> None:
+        """Refuse a batch naming a stored capsule artifact that is not its own capsule."""
+        named = capsule_artifact_id(batch)
+        if named is None:
+            return
+        artifact = self.store.get_artifact(named)
+        if artifact is None:
+            return  # not stored (yet): it is checked again whenever the capsule is read
+        problem = binding_problem(batch, artifact.body)
+        if problem is not None:
+            raise _Refused(400, "artifact-binding", "artifacts", problem)
 
     async def put_artifact(self, request: Request) -> Response:
         self._authorize(request)
@@ -285,7 +353,23 @@ class IngestApp:
         raw = await run_in_threadpool(  # megabytes to inflate, hash and parse: off the loop
             self._checked_artifact, body, request.headers.get("content-encoding"), identifier
         )
-        stored = await run_in_threadpool(self.store.store_artifact, identifier, media_type, raw)
+        owner = _key_digest(request.headers.get("authorization", ""))
+        stored = await run_in_threadpool(
+            self.store.store_artifact,
+            identifier,
+            media_type,
+            raw,
+            owner=owner,
+            quota=self.artifact_quota,
+        )
+        if stored is None:
+            raise _Refused(
+                429,
+                "artifact-quota",
+                "body",
+                "the ingest's artifact quota is used up (for this key or in all); retention "
+                "frees the space of artifacts no kept batch names",
+            )
         return JSONResponse(
             {"stored": stored, "id": identifier, "bytes": len(raw)},
             status_code=201 if stored else 200,
@@ -301,9 +385,10 @@ class IngestApp:
                 "body",
                 f"the bytes hash to {artifact_id(raw)}, not {identifier}: refused as altered",
             )
+        _parsed_json(raw, "a capsule")
         try:
             load_capsule(raw)
-        except CapsuleError as error:
+        except (CapsuleError, RecursionError) as error:
             raise _Refused(400, "artifact", "body", f"not a capsule: {error}") from error
         return raw
 
@@ -429,15 +514,71 @@ def _failing_spans(raw: bytes) -> list[tuple[FailureFacts, str, str]]:
     ]
 
 
+def _key_digest(header: str) -> str:
+    """Who uploads: the SHA-256 of the bearer key (the key itself is never stored)."""
+    token = header.partition(" ")[2].strip()
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+
 def _wrap(handler: Handler) -> Handler:
     async def endpoint(request: Request) -> Response:
         try:
             response: Response = await handler(request)
         except _Refused as refused:
             return refused.response()
+        except Exception as error:
+            if _is_storage_error(error):
+                return _storage_refusal(error)
+            raise
         return response
 
     return endpoint
+
+
+class _Failsafe:
+    """Any route's failure becomes a JSON error and one log line, never a traceback: ``503``
+    for the store's (a full disk, a corrupt database), ``500`` otherwise. Once the answer has
+    started, the connection is closed instead (there is no status left to change)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as error:
+            if started:
+                _log.error("reproit-otel ingest: an answer failed: %s", type(error).__name__)
+                return
+            response: Response
+            if _is_storage_error(error):
+                response = _storage_refusal(error)
+            else:
+                _log.error(
+                    "reproit-otel ingest: %s failed: %s", scope.get("path"), type(error).__name__
+                )
+                response = JSONResponse(
+                    {
+                        "error": {
+                            "rule": "internal",
+                            "field": "",
+                            "message": "the ingest failed to answer",
+                        }
+                    },
+                    status_code=500,
+                )
+            await response(scope, receive, send)
 
 
 def create_app(
@@ -451,6 +592,7 @@ def create_app(
     allowed_hosts: Collection[str] | None = None,
     public_url: str | None = None,
     body_timeout: float | None = 30.0,
+    artifact_quota: ArtifactQuota | None = None,
 ) -> Starlette:
     """The ingest ASGI application over ``store``.
 
@@ -459,9 +601,17 @@ def create_app(
     ``allowed_hosts`` (``None``: any) and ``body_timeout`` go to
     :class:`~reproit_otel.ingest.guard.RequestGuard`; ``public_url`` is the address the page's
     replay line names (``reproit-otel serve`` sets it to the address it listens on when not
-    given; without it the page names the address the request reached).
+    given; without it the page names the address the request reached). ``artifact_quota``
+    bounds the stored artifacts (default: :data:`DEFAULT_MAX_ARTIFACT_BYTES` in all,
+    :data:`DEFAULT_MAX_ARTIFACT_BYTES_PER_KEY` per key).
     """
-    ingest = IngestApp(store, api_keys=api_keys, read_keys=read_keys, max_body_bytes=max_body_bytes)
+    ingest = IngestApp(
+        store,
+        api_keys=api_keys,
+        read_keys=read_keys,
+        max_body_bytes=max_body_bytes,
+        artifact_quota=artifact_quota,
+    )
     routes: list[BaseRoute] = [
         Route("/healthz", _wrap(ingest.healthz), methods=["GET"]),
         Route("/v1/capture-batches", _wrap(ingest.post_capture_batch), methods=["POST"]),
@@ -481,10 +631,19 @@ def create_app(
 
         routes += web_routes(store, ReadKeys(ingest.read_keys), exec_command=replay_exec)
     guard = Middleware(RequestGuard, allowed_hosts=allowed_hosts, body_timeout=body_timeout)
-    app = Starlette(routes=routes, middleware=[Middleware(AccessLogMiddleware), guard])
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(AccessLogMiddleware), guard, Middleware(_Failsafe)],
+    )
     app.state.ingest = ingest
     app.state.public_url = public_url.rstrip("/") if public_url else None
     return app
 
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "IngestApp", "create_app"]
+__all__ = [
+    "DEFAULT_MAX_ARTIFACT_BYTES",
+    "DEFAULT_MAX_ARTIFACT_BYTES_PER_KEY",
+    "DEFAULT_MAX_BODY_BYTES",
+    "IngestApp",
+    "create_app",
+]

@@ -8,10 +8,11 @@ only the latest is ever served as its capsule. :class:`Retention` (mixed into
 * received more than ``retain_days`` days ago (``0`` keeps them however old).
 
 Artifacts (a heavy operation's whole capsule, ``artifact_store.py``) follow the batches that
-name them: :meth:`Retention.prune_artifacts` deletes every artifact that no kept batch body
-names (an artifact id anywhere in the body counts, so one a kept batch names is never
-deleted). The uploader sends an artifact just before the batch naming it, so an artifact is
-only deleted once it was received (or sent again) more than :data:`ARTIFACT_GRACE_MS` ago.
+name them: :meth:`Retention.prune_artifacts` deletes every artifact that no kept batch names
+in its ``artifacts`` field, the artifact reference (an id merely mentioned elsewhere in a
+batch, in a body or a message, keeps nothing). The uploader sends an artifact just before
+the batch naming it, so an artifact is only deleted once it was received (or sent again)
+more than :data:`ARTIFACT_GRACE_MS` ago.
 
 A pruned batch keeps its row (project, batch id, SHA-256 of the body, when it arrived): the
 counts of its occurrence never change, and a retried upload of it is still recognised as the
@@ -26,13 +27,15 @@ it receives a batch. A store that keeps every batch (both rules ``0``) keeps eve
 
 from __future__ import annotations
 
+import json
 import logging
-import re
 import threading
 import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Final
+
+from reproit_otel.wire.artifacts import ARTIFACT_ID_PATTERN
 
 __all__ = [
     "ARTIFACT_GRACE_MS",
@@ -55,8 +58,26 @@ ARTIFACT_GRACE_MS: Final = 3_600_000
 still be on its way."""
 
 _DAY_MS: Final = 86_400_000
-# Any artifact id in a batch body (its ``artifacts`` list, a failure's ``artifactIds``).
-_ARTIFACT_ID = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def _referenced(body: str) -> set[str]:
+    """The artifact ids a stored batch body names in its ``artifacts`` field."""
+    try:
+        batch = json.loads(body)
+    except (ValueError, RecursionError):
+        return set()
+    artifacts = batch.get("artifacts") if isinstance(batch, dict) else None
+    if not isinstance(artifacts, list):
+        return set()
+    return {
+        entry["id"]
+        for entry in artifacts
+        if isinstance(entry, dict)
+        and isinstance(entry.get("id"), str)
+        and ARTIFACT_ID_PATTERN.fullmatch(entry["id"])
+    }
+
+
 _DELETE_CHUNK: Final = 200
 _log = logging.getLogger("reproit_otel.ingest")
 
@@ -136,7 +157,7 @@ class Retention:
                 ("%sha256:%",),
             )
             for (body,) in cursor.fetchall():
-                candidates.difference_update(_ARTIFACT_ID.findall(str(body)))
+                candidates.difference_update(_referenced(str(body)))
                 if not candidates:
                     return 0
             doomed = sorted(candidates)
@@ -151,6 +172,12 @@ class Retention:
                     (*chunk, settled),
                 )
                 deleted += int(cursor.rowcount)
+            cursor.execute(
+                self._sql(
+                    "DELETE FROM reproit_artifact_owners WHERE id NOT IN "
+                    "(SELECT id FROM reproit_artifacts)"
+                )
+            )
             return deleted
 
 

@@ -46,7 +46,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from reproit_otel.errors import ConfigurationError
-from reproit_otel.ingest.artifact_store import ARTIFACT_SCHEMA, ArtifactStore
+from reproit_otel.ingest.artifact_store import (
+    ARTIFACT_OWNER_SCHEMA,
+    ARTIFACT_SCHEMA,
+    ArtifactStore,
+)
 from reproit_otel.ingest.facts import FailureFacts
 from reproit_otel.ingest.failure_kinds import (
     FAILURE_KIND_INDEX,
@@ -89,6 +93,7 @@ _SQLITE_SCHEMA = (
         received_ms INTEGER NOT NULL,
         PRIMARY KEY (project_id, trace_id, span_id))""",
     ARTIFACT_SCHEMA,
+    ARTIFACT_OWNER_SCHEMA,
     FAILURE_KIND_SCHEMA,
 )
 

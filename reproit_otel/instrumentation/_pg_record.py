@@ -105,7 +105,6 @@ from reproit_otel.instrumentation._pg_statement import (
     error_response,
 )
 from reproit_otel.instrumentation._pg_values import encode_params
-from reproit_otel.redaction.sql import redact_sql_values
 
 __all__ = [
     "RecordingConnection",
@@ -309,9 +308,8 @@ class RecordingCursor(_ext.cursor):
         statement: _Statement | None = None
         try:
             text = statement_text(query, self._reproit_render)
-            statement = _statement(
-                text, [redact_sql_values(text, encode_params(item)) for item in sets]
-            )
+            # Redacted when built, so an error text can still be scrubbed of the originals.
+            statement = _statement(text, [encode_params(item) for item in sets])
             statement.params = _MANY
         except Exception as exc:
             absorb("psycopg2.request", exc)

@@ -118,8 +118,11 @@ class _Statement:
             values = self.values
             if values is _LATER:
                 values = encode_params(self.params)
+            originals = values  # what an error text may echo: the values before redaction
             if self.params is not _MANY:
                 values = redact_sql_values(self.text, values)
+            elif isinstance(values, list):
+                values = [redact_sql_values(self.text, item) for item in values]
             request = _request(self.text, values)
         except Exception as exc:
             absorb("psycopg2.request", exc)
@@ -128,7 +131,7 @@ class _Statement:
         try:
             response = self._response()
             if "error" in response:
-                response = _scrubbed_error(self.text, self.params is _MANY, values, response)
+                response = _scrubbed_error(self.text, self.params is _MANY, originals, response)
             exchange = {"protocol": "pg", "request": request, "response": response}
             if statement_scope(self.text, values) is not None:
                 # Replay answers it whenever it is asked and never consumes it (decision in
@@ -170,6 +173,9 @@ class _Statement:
 def _scrubbed_error(text: str, many: bool, values: Any, response: dict[str, Any]) -> dict[str, Any]:
     """``response`` with the values the request redacts scrubbed from its error texts (an
     error message or ``DETAIL`` may echo a parameter: ``Key (email)=(a@b.c) already exists``).
+
+    ``values`` are the statement's values *before* redaction: a placeholder no longer holds
+    the value an error text echoes.
     """
     originals: list[str] = []
     for item in values if many and isinstance(values, list) else [values]:
@@ -360,11 +366,30 @@ def _failed(
         recorder.fail(_NO_REQUEST)
         return
     try:
+        _note_echoes(recorder, statement, error)
         statement.response = error_response(error)
         _finish(recorder, statement)
     except Exception as exc:
         recorder.fail(_INTERNAL)
         absorb("psycopg2.record", exc)
+
+
+def _note_echoes(
+    recorder: recording.ExchangeRecorder, statement: _Statement, error: BaseException
+) -> None:
+    """Tell the recording which original values ``error`` may echo: its exception record,
+    and every text of the operation the statement belongs to (a response body repeating the
+    error), are scrubbed of them; the exchange's own error texts when it is built."""
+    values = statement.values
+    if values is _LATER:
+        values = encode_params(statement.params)
+    originals: list[str] = []
+    for item in values if statement.params is _MANY and isinstance(values, list) else [values]:
+        originals.extend(redacted_originals(statement.text, item))
+    recording.note_echoed_values(error, originals)
+    note = getattr(recorder.owner, "note_echoed_values", None)
+    if callable(note) and originals:
+        note(tuple(originals))
 
 
 class _Pending:

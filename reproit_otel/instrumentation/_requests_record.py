@@ -73,7 +73,8 @@ from reproit_otel.instrumentation._requests_body import (
 )
 from reproit_otel.instrumentation._requests_reads import _BodyReads, _drained
 from reproit_otel.redaction.body import redact_text_body
-from reproit_otel.redaction.core import redact_url, redact_urls_in_text
+from reproit_otel.redaction.core import redact_url
+from reproit_otel.redaction.text import scrub_text
 from reproit_otel.wire.bounds import (
     bounded_body,
     bounded_headers,
@@ -111,7 +112,7 @@ def describe_error(error: BaseException) -> ErrorFields:
     except Exception:  # a broken __str__ must not lose the exchange
         message = repr(error)
     # The message names the URL it failed on: redact it as the recorded URL is.
-    return {"type": exception_type_name(error), "message": redact_urls_in_text(message)}
+    return {"type": exception_type_name(error), "message": scrub_text(message)}
 
 
 def _text(value: str | bytes) -> str:

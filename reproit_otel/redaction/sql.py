@@ -25,7 +25,10 @@ secret-value redaction still apply).
 
 A database error can echo a value the exchange redacted (``DETAIL: Key (email)=(a@b.c)
 already exists.``, ``Failing row contains (...)``): :func:`scrub_echoes` replaces each such
-value in an error text, and the value inside ``Key (col)=(...)`` when a column is secret.
+value in an error text (given the *original* values, :func:`redacted_originals` of the
+values before redaction; the items of a tuple or list parameter count one by one), and applies
+the text rules of :mod:`reproit_otel.redaction.text` (the value inside ``Key (col)=(...)``
+when a column is secret among them).
 The recorder and the replay side apply the same rules, so a redacted recording still matches.
 """
 
@@ -39,10 +42,10 @@ from typing import Any, NamedTuple
 from reproit_otel.redaction.core import (
     MIN_SECRET_LENGTH,
     PLACEHOLDER_KEY,
-    TEXT_PLACEHOLDER,
     is_secret_key,
     placeholder,
 )
+from reproit_otel.redaction.text import scrub_text
 
 __all__ = ["SecretBindings", "redact_sql_values", "redacted_originals", "scrub_echoes"]
 
@@ -56,6 +59,9 @@ class SecretBindings(NamedTuple):
     """Indexes of positional ``%s`` placeholders (counted from 0)."""
     names: frozenset[str]
     """Names of ``%(name)s`` placeholders."""
+    rows: tuple[tuple[int, frozenset[int]], ...] = ()
+    """For a placeholder standing for a whole row (``INSERT INTO t (a, b) VALUES %s`` with a
+    tuple): its positional index and the indexes of the row's items bound to secret columns."""
 
 
 class _Token(NamedTuple):
@@ -200,9 +206,10 @@ def _compared_column(tokens: list[_Token], at: int) -> str | None:
     return None
 
 
-def _insert_columns(tokens: list[_Token]) -> dict[int, str]:
-    """For ``INSERT INTO t (cols) VALUES (...)``: token index of each placeholder -> column."""
-    bound: dict[int, str] = {}
+def _insert_columns(tokens: list[_Token]) -> dict[int, str | list[str]]:
+    """For ``INSERT INTO t (cols) VALUES (...)``: token index of each placeholder -> column,
+    or -> every column for a placeholder that stands for a whole row (``VALUES %s``)."""
+    bound: dict[int, str | list[str]] = {}
     lowered = [t.text.lower() if t.kind == "word" else None for t in tokens]
     if "insert" not in lowered or "values" not in lowered:
         return bound
@@ -232,6 +239,8 @@ def _insert_columns(tokens: list[_Token]) -> dict[int, str]:
             break  # RETURNING, ON CONFLICT: the rows are over
         elif token.kind == "param" and depth >= 1 and item < len(columns):
             bound[index] = columns[item]
+        elif token.kind == "param" and depth == 0:
+            bound[index] = columns  # a row tuple: its items bind to the columns in order
     return bound
 
 
@@ -242,17 +251,24 @@ def secret_bindings(text: str) -> SecretBindings:
     inserted = _insert_columns(tokens)
     positions: set[int] = set()
     names: set[str] = set()
+    rows: list[tuple[int, frozenset[int]]] = []
     for at, token in enumerate(tokens):
         if token.kind != "param":
             continue
-        column = inserted.get(at) or _compared_column(tokens, at)
+        row = inserted.get(at)
+        if isinstance(row, list):
+            items = frozenset(i for i, name in enumerate(row) if is_secret_key(name))
+            if items and token.position >= 0:
+                rows.append((token.position, items))
+            continue
+        column = row or _compared_column(tokens, at)
         if column is None or not is_secret_key(column):
             continue
         if token.position >= 0:
             positions.add(token.position)
         else:
             names.add(token.text)
-    return SecretBindings(frozenset(positions), frozenset(names))
+    return SecretBindings(frozenset(positions), frozenset(names), tuple(rows))
 
 
 def _is_placeholder(value: Any) -> bool:
@@ -269,20 +285,46 @@ def redact_sql_values(text: str, values: Any) -> Any:
         return values
     bindings = secret_bindings(text)
     if isinstance(values, list):
-        if not bindings.positions:
+        if not bindings.positions and not bindings.rows:
             return values
-        return [
+        redacted = [
             placeholder(value)
             if index in bindings.positions and not _is_placeholder(value)
             else value
             for index, value in enumerate(values)
         ]
+        for index, items in bindings.rows:
+            if index < len(redacted):
+                redacted[index] = _redacted_row(redacted[index], items)
+        return redacted
     if not bindings.names:
         return values
     return {
         key: placeholder(value) if key in bindings.names and not _is_placeholder(value) else value
         for key, value in values.items()
     }
+
+
+def _row_items(value: Any) -> list[Any] | None:
+    """The items of a row parameter: a list, or the recorded ``{"$pg": "tuple", "v": [...]}``."""
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    if isinstance(value, Mapping) and isinstance(value.get("v"), list) and "$pg" in value:
+        return list(value["v"])
+    return None
+
+
+def _redacted_row(value: Any, items: frozenset[int]) -> Any:
+    row = _row_items(value)
+    if row is None:
+        return value if _is_placeholder(value) else placeholder(value)
+    redacted = [
+        placeholder(item) if index in items and not _is_placeholder(item) else item
+        for index, item in enumerate(row)
+    ]
+    if isinstance(value, Mapping):
+        return {**value, "v": redacted}
+    return redacted
 
 
 def redacted_originals(text: str, values: Any) -> list[str]:
@@ -298,36 +340,37 @@ def redacted_originals(text: str, values: Any) -> list[str]:
         secret_bindings(text) if isinstance(text, str) else SecretBindings(frozenset(), frozenset())
     )
     if isinstance(values, list):
-        chosen: Iterable[Any] = (v for i, v in enumerate(values) if i in bindings.positions)
+        chosen: list[Any] = [v for i, v in enumerate(values) if i in bindings.positions]
+        for index, items in bindings.rows:
+            row = _row_items(values[index]) if index < len(values) else None
+            if row is None:
+                chosen.append(values[index] if index < len(values) else None)
+            else:
+                chosen.extend(item for i, item in enumerate(row) if i in items)
     else:
-        chosen = (v for k, v in values.items() if k in bindings.names or is_secret_key(k))
-    for value in chosen:
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        chosen = [v for k, v in values.items() if k in bindings.names or is_secret_key(k)]
+    pending = list(chosen)
+    while pending:  # a tuple or list parameter (``IN %s``, a row) holds its values inside
+        value = pending.pop(0)
+        inner = _row_items(value)
+        if inner is not None:
+            pending[:0] = inner
+        elif isinstance(value, (str, int, float)) and not isinstance(value, bool):
             shown = value if isinstance(value, str) else str(value)
             if len(shown) >= MIN_SECRET_LENGTH:
                 found.append(shown)
     return found
 
 
-_KEY_DETAIL = re.compile(r"Key \(([^)]*)\)=\((.*?)\)(?= already exists| is not present|\.|$)")
-
-
-def _scrub_key_detail(match: re.Match[str]) -> str:
-    columns = [c.strip().strip('"') for c in match.group(1).split(",")]
-    if any(is_secret_key(column) for column in columns):
-        return f"Key ({match.group(1)})=({TEXT_PLACEHOLDER})"
-    return match.group(0)
-
-
 def scrub_echoes(message: Any, originals: Iterable[str]) -> Any:
     """An error text with every echoed redacted value replaced by ``$reproit``.
 
-    ``originals`` are the values the exchange redacted (:func:`redacted_originals`); the value
-    of a ``Key (col)=(...)`` detail naming a secret column is replaced too. A non-string
+    ``originals`` are the values the exchange redacted (:func:`redacted_originals`, read
+    from the values *before* redaction); every rule of
+    :func:`~reproit_otel.redaction.text.scrub_text` applies as well (the value of a
+    ``Key (col)=(...)`` detail naming a secret column, ``password=...``). A non-string
     ``message`` comes back unchanged.
     """
     if not isinstance(message, str):
         return message
-    for original in sorted(set(originals), key=len, reverse=True):
-        message = message.replace(original, TEXT_PLACEHOLDER)
-    return _KEY_DETAIL.sub(_scrub_key_detail, message)
+    return scrub_text(message, originals)

@@ -43,7 +43,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
-from reproit_otel.redaction.text import scrub_message
+from reproit_otel.redaction.text import scrub_text
 
 __all__ = [
     "MAX_CHAIN",
@@ -185,7 +185,7 @@ def exception_record(
         frames, omitted = _frames_of(item.__traceback__, roots)
         record: dict[str, Any] = {
             "type": _type_name(item),
-            "message": _cut(scrub_message(_head(_message_of(item)), secret_values), MAX_MESSAGE),
+            "message": _cut(scrub_text(_head(_message_of(item)), secret_values), MAX_MESSAGE),
             "frames": frames,
         }
         if omitted:
@@ -270,7 +270,7 @@ def exception_from_stacktrace(
         frames.append(frame)
     record: dict[str, Any] = {
         "type": _cut(qualified, _MAX_TYPE),
-        "message": _cut(scrub_message(_head(message), tuple(secrets)), MAX_MESSAGE),
+        "message": _cut(scrub_text(_head(message), tuple(secrets)), MAX_MESSAGE),
         "frames": frames,
     }
     if omitted:

@@ -161,9 +161,10 @@ def test_a_fully_pruned_occurrence_answers_410(tmp_path: Path) -> None:
 HOUR_MS = 3_600_000
 
 
-def _artifact(operation: str) -> tuple[bytes, dict[str, Any]]:
-    """A capsule artifact (bytes, descriptor), distinct for each operation."""
-    made = capsule_artifact(built_batch(operation))
+def _artifact(operation: str, number: int) -> tuple[bytes, dict[str, Any]]:
+    """The capsule artifact (bytes, descriptor) of batch ``number`` of ``operation`` (the
+    batch :func:`_naming` gives names it as its own)."""
+    made = capsule_artifact(built_batch(operation, batch_number=number))
     assert made is not None
     return made
 
@@ -182,7 +183,14 @@ def test_artifacts_no_kept_batch_names_are_pruned_and_named_ones_never(store: St
     store.retention = RetentionRules(retain_batches=1, retain_days=0)
     old = NOW_MS - 2 * HOUR_MS
     (a_data, a), (b_data, b), (c_data, c), (d_data, d), (e_data, e) = (
-        _artifact(f"GET /{name}") for name in "abcde"
+        _artifact(operation, number)
+        for operation, number in [
+            ("POST /orders", 1),
+            ("POST /orders", 2),
+            ("GET /c", 4),
+            ("POST /other", 3),
+            ("GET /e", 5),
+        ]
     )
     for data, descriptor, received in [
         (a_data, a, old),
@@ -219,7 +227,10 @@ def test_artifacts_no_kept_batch_names_are_pruned_and_named_ones_never(store: St
 def test_serve_deletes_the_artifacts_of_pruned_batches(tmp_path: Path) -> None:
     database = tmp_path / "ingest.db"
     headers = {"authorization": "Bearer k"}
-    (a_data, a), (b_data, b), (c_data, c) = (_artifact(f"GET /{name}") for name in "abc")
+    (a_data, a), (b_data, b), (c_data, c) = (
+        _artifact(operation, number)
+        for operation, number in [("POST /orders", 1), ("POST /orders", 2), ("GET /c", 3)]
+    )
 
     def put(data: bytes, descriptor: dict[str, Any]) -> None:
         sent = httpx.put(

@@ -14,7 +14,7 @@ import pytest
 from reproit_otel._local_log import LocalFallbackHandler
 from reproit_otel.exception_verdict import judge_exception, recorded_exception, replayed_exception
 from reproit_otel.failures import exception_marker_line
-from reproit_otel.redaction.text import scrub_message
+from reproit_otel.redaction.text import scrub_text
 from reproit_otel.wire.exception import (
     MAX_EXCEPTION_BYTES,
     MAX_FRAMES,
@@ -113,7 +113,7 @@ def test_secrets_and_secret_query_values_are_scrubbed_from_the_message() -> None
         record["message"]
         == "key $reproit rejected at http://x/p?token=$reproit&page=2 password=$reproit"
     )
-    assert scrub_message("no pairs here", ()) == "no pairs here"
+    assert scrub_text("no pairs here", ()) == "no pairs here"
 
 
 def test_locals_are_never_read() -> None:

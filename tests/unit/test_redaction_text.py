@@ -140,7 +140,12 @@ def test_redact_form_replaces_secret_fields_only() -> None:
         ),
         ('[{"jwt": "e.y.j"}]', None, [{"jwt": placeholder("e.y.j")}]),
         ('{"user":  "ada"}', "text/plain", '{"user":  "ada"}'),
-        ("password=hunter2", "text/plain", "password=hunter2"),
+        ("password=hunter2", "text/plain", "password=$reproit"),  # the text rules apply
+        (
+            "<p>Authorization: Bearer e.y.j</p>",
+            "text/html",
+            "<p>Authorization: Bearer $reproit</p>",
+        ),
         ("{not json", "text/plain", "{not json"),
         ({"password": "parsed already"}, "application/json", {"password": "parsed already"}),
         (None, FORM, None),
