@@ -125,12 +125,18 @@ def fire_request(
     target: str,
     body: bytes | None,
     content_type: str = "application/json",
+    *,
+    answer_headers: dict[str, str] | None = None,
 ) -> tuple[int, bytes]:
+    """Send the request; its status and body. ``answer_headers``, when given, receives the
+    response's headers (names lower-cased; the verdict reads a redirect's ``location``)."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=REQUEST_TIMEOUT_S)
     try:
         headers = {"content-type": content_type} if body is not None else {}
         connection.request(method, target, body=body, headers=headers)
         response = connection.getresponse()
+        if answer_headers is not None:
+            answer_headers.update((name.lower(), value) for name, value in response.getheaders())
         return response.status, response.read()
     finally:
         connection.close()
