@@ -68,6 +68,7 @@ from reproit_otel.exception_verdict import (
     recorded_exception,
     replayed_exception,
 )
+from reproit_otel.replay.tripwire import TRIPWIRE_PROTOCOL
 from reproit_otel.wire.exception import same_failure
 from reproit_otel.wire.replay_usage import describe_call
 
@@ -623,6 +624,17 @@ def judge_evidence(
     )
 
 
+def _new_call(divergence: Mapping[str, Any]) -> bool:
+    """Whether a divergence is a call production never made, as opposed to a call no
+    recording could serve: the network tripwire's refusal of a client reproit-otel does not
+    record, or a recorded exchange refused because capture truncated it."""
+    if divergence.get("protocol") == TRIPWIRE_PROTOCOL:
+        return False
+    got = divergence.get("got")
+    flags = ("truncated", "streamBoundariesTruncated")
+    return not (isinstance(got, Mapping) and any(got.get(flag) for flag in flags))
+
+
 def _judge_divergence(
     reason: str,
     usage: Mapping[str, Any] | None,
@@ -648,6 +660,7 @@ def _judge_divergence(
         or before < total
         or not _reached_in_order(usage)
         or raised_again
+        or not all(_new_call(divergence) for divergence in divergences)
     ):
         return Evidence(Verdict.DIVERGED, reason)
     return Evidence(

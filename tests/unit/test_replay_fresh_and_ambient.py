@@ -201,6 +201,8 @@ def test_connection_scope_statements_are_answered_and_never_consumed() -> None:
         "ambient": 5,
         "beforeRequest": 0,
         "beforeRequestCalls": [],
+        "consumedOrder": [0],  # the one data exchange: the savepoint is connection-scope
+        "unusedCalls": [],
     }
 
 
@@ -261,3 +263,17 @@ def test_answers_a_connection_carried_from_before_the_operation_are_ambient() ->
     assert session.ambient({"text": "SELECT 42"}) is None
     report = session.usage.report()
     assert (report["dataExchanges"], report["ambientExchanges"], session.total) == (1, 2, 3)
+
+
+def test_the_report_says_which_data_exchanges_were_consumed_in_what_order() -> None:
+    session = _session(
+        _effect("SELECT 41"), _effect("BEGIN"), _effect("SELECT 42"), _effect("SELECT 43")
+    )
+    assert session.match("pg", {"text": "SELECT 43"}) is not None
+    assert session.match("pg", {"text": "SELECT 41"}) is not None
+    report = session.usage.report()
+    # Positions count the data exchanges only (BEGIN is connection-scope).
+    assert (report["consumedOrder"], report["unusedCalls"]) == (
+        [2, 0],
+        [{"protocol": "pg", "text": "SELECT 42", "position": 1}],
+    )
