@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from reproit_otel.cli.check_text import evidence_lines
 from reproit_otel.verdict import (
     BEYOND_THE_RECORDING,
     CREDENTIAL_HINT,
@@ -254,3 +255,31 @@ def test_a_divergence_before_the_failure_point_stays_diverged_and_names_a_new_ho
         "a host the recording never called (another configuration of the upstream's address "
         "is likely)",
     )
+
+
+def test_the_text_names_the_qualifier_the_first_new_call_and_the_calls_never_made() -> None:
+    beyond = evidence_lines(
+        BEYOND_THE_RECORDING,
+        {"protocol": "pg", "text": "SELECT count(*) FROM favorites"},
+        [],
+        None,
+    )
+    assert beyond == [
+        "qualifier:   beyond the recording",
+        "first new call (production never made it): pg SELECT count(*) FROM favorites",
+    ]
+    short = evidence_lines(
+        None,
+        None,
+        [
+            {"protocol": "pg", "text": "SELECT 1 FROM items", "position": 0},
+            {"protocol": "http", "method": "GET", "url": "http://rates/r", "position": 1},
+        ],
+        "it redirected to a login page (/login)",
+    )
+    assert short == [
+        "recorded calls the replay never made:",
+        "  0: pg SELECT 1 FROM items",
+        "  1: http GET http://rates/r",
+        "likely cause: it redirected to a login page (/login)",
+    ]
