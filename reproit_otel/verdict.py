@@ -51,6 +51,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
+from urllib.parse import urlsplit
 
 from reproit_otel.app_output import OutputPump, output_tail
 from reproit_otel.boot_watch import boot_failure, listening_ports
@@ -479,8 +480,6 @@ def _call_text(call: Mapping[str, Any]) -> str:
 def _host(url: Any) -> str | None:
     if not isinstance(url, str):
         return None
-    from urllib.parse import urlsplit
-
     try:
         return urlsplit(url).netloc or None
     except ValueError:
