@@ -266,7 +266,10 @@ def run_list(args: argparse.Namespace) -> int:
         say("no occurrences" + (f" of project {shown(project)}" if project is not None else ""))
         return 0
     if project is not None and args.project is None:
-        say(f"project {shown(project)} (${APP_ID_ENV}; --all-projects for every project)")
+        say(
+            f"project {shown(project)} (${APP_ID_ENV}; --all-projects for every project)",
+            file=sys.stderr,
+        )
     say(_table(rows))
     listed = page.get("offset", 0) + len(rows)
     if page.get("nextOffset") is not None:
