@@ -195,8 +195,11 @@ class ReplayRequest:
         lowered = name.lower()
         return next((v for n, v in self.headers if n.lower() == lowered), None)
 
-    def fire(self, port: int) -> tuple[int, bytes]:
-        """Send it to ``127.0.0.1:port`` exactly as listed; the status and the answer's body."""
+    def fire(self, port: int, *, answer_headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+        """Send it to ``127.0.0.1:port`` exactly as listed; the status and the answer's body.
+
+        ``answer_headers``, when given, receives the response's headers (names lower-cased).
+        """
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=REQUEST_TIMEOUT_S)
         try:
             names = {name.lower() for name, _ in self.headers}
@@ -210,6 +213,10 @@ class ReplayRequest:
                 connection.putheader(name, value.encode("latin-1", "replace"))
             connection.endheaders(self.body)
             response = connection.getresponse()
+            if answer_headers is not None:
+                answer_headers.update(
+                    (name.lower(), value) for name, value in response.getheaders()
+                )
             return response.status, response.read()
         finally:
             connection.close()
@@ -346,10 +353,15 @@ def fire_request(
     target: str,
     body: bytes | None,
     content_type: str = "application/json",
+    *,
+    answer_headers: dict[str, str] | None = None,
 ) -> tuple[int, bytes]:
-    """Send a request line and body with only a content type (for a body) to ``port``."""
+    """Send a request line and body with only a content type (for a body) to ``port``; its
+    status and body. ``answer_headers``, when given, receives the response's headers (names
+    lower-cased; the verdict reads a redirect's ``location``)."""
     headers = [("content-type", content_type)] if body is not None else []
-    return ReplayRequest(method, target, _with_length(headers, body), body).fire(port)
+    request = ReplayRequest(method, target, _with_length(headers, body), body)
+    return request.fire(port, answer_headers=answer_headers)
 
 
 def observed_body(data: bytes) -> dict[str, Any]:

@@ -11,13 +11,24 @@ Two paths, chosen by the capsule's operation (PROTOCOL 8.4 and 9.3):
   loaded the capsule and ran live, and the verdict is *inconclusive*.
 
 In both, any ``REPROIT:DIVERGENCE`` line on the application's standard error means the run
-left the recording and the verdict is *diverged*.
+left the recording and the verdict is *diverged*, with one exception for production
+capsules: a replay that first consumed every recorded data exchange, in the recorded order,
+and only then made calls production never made got past the recorded failure point. It is
+*fixed*, qualified *beyond the recording* (:func:`judge_evidence`).
+
+A production *fixed* needs evidence: the ``REPROIT:REPLAY-USAGE`` line must show that the
+replayed request consumed every recorded data exchange (all of them precede the recorded
+failure), in order, and the recorded exception must not have been raised again. A 2xx/3xx
+that consumed fewer is *inconclusive*, naming the recorded calls never made and the likely
+reason (a login redirect, a 401/403, a form rendered again, the application's own error
+page).
 
 =============  ====  =====================================================================
 verdict        exit  meaning
 =============  ====  =====================================================================
 reproduced     1     the recorded failure happened again
-fixed          0     the same inputs now succeed
+fixed          0     the same inputs now get past the recorded failure point (qualified
+                     "beyond the recording" when they then made calls production never made)
 diverged       3     the application made a call the recording does not hold
 inconclusive   3     no usable answer (timeout, no marker, a different failure, no boot,
                      no replay)
@@ -30,6 +41,7 @@ import enum
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -39,6 +51,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
+from urllib.parse import urlsplit
 
 from reproit_otel.app_output import OutputPump, output_tail
 from reproit_otel.boot_watch import boot_failure, listening_ports
@@ -57,16 +70,22 @@ from reproit_otel.exception_verdict import (
     recorded_exception,
     replayed_exception,
 )
+from reproit_otel.replay.tripwire import TRIPWIRE_PROTOCOL
+from reproit_otel.wire.exception import same_failure
+from reproit_otel.wire.replay_usage import describe_call
 
 __all__ = [
     "OBSERVED_BODY_BYTES",
     "REQUEST_TIMEOUT_S",
     "CheckResult",
+    "Evidence",
     "Verdict",
     "check_capsule",
     "classify_production_run",
     "classify_test_run",
+    "judge_evidence",
     "judge_reached_failure",
+    "likely_cause",
     "load_check_target",
     "observed_body",
     "offline_verdict",
@@ -85,6 +104,12 @@ REPLAY_MARKER = "REPROIT:REPLAY "
 USAGE_MARKER = "REPROIT:REPLAY-USAGE "
 """Written by the replayed process when the recorded request ends (counts of what it used)."""
 TEST_TRIGGER_PREFIX = "test:"
+BEYOND_THE_RECORDING = "beyond the recording"
+"""The qualifier of a *fixed* replay that went on to make calls production never made."""
+CREDENTIAL_HINT = (
+    "the replayed request is not logged in as production's was: mint a credential on this "
+    "machine and give it with `check --header 'Name: value'` or `--cookie 'name=value'`"
+)
 
 CI_RUN_TIMEOUT_S = 120.0
 BOOT_TIMEOUT_S = 20.0
@@ -138,6 +163,15 @@ class CheckResult:
     """The last lines the application wrote to standard output (bounded the same way)."""
     usage: dict[str, Any] | None = None
     """The replayed process's ``REPROIT:REPLAY-USAGE`` counts (production), else ``None``."""
+    qualifier: str | None = None
+    """``"beyond the recording"`` for a *fixed* replay that then made calls production never
+    made (:data:`BEYOND_THE_RECORDING`), else ``None``."""
+    first_new_call: dict[str, Any] | None = None
+    """The first call past the recording (protocol and request, as :func:`describe_call`)."""
+    unused_calls: list[dict[str, Any]] = field(default_factory=list)
+    """The recorded data exchanges the replay never made (an inconclusive 2xx/3xx, say)."""
+    likely_cause: str | None = None
+    """Why the replay did not reach the recorded failure point, as far as check can tell."""
 
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` document."""
@@ -158,6 +192,10 @@ class CheckResult:
             "applicationStderr": self.application_stderr,
             "applicationStdout": self.application_stdout,
             "usage": self.usage,
+            "qualifier": self.qualifier,
+            "firstNewCall": self.first_new_call,
+            "unusedCalls": self.unused_calls,
+            "likelyCause": self.likely_cause,
         }
 
 
@@ -403,6 +441,238 @@ def judge_reached_failure(
     )
 
 
+@dataclass
+class Evidence:
+    """What :func:`judge_evidence` adds to a production verdict."""
+
+    verdict: Verdict
+    reason: str
+    qualifier: str | None = None
+    first_new_call: dict[str, Any] | None = None
+    unused_calls: list[dict[str, Any]] = field(default_factory=list)
+    likely_cause: str | None = None
+
+
+_LOGIN_PATH = re.compile(r"log-?in|sign-?in|sign_in|auth|sso|/account|session", re.IGNORECASE)
+_ERROR_WORDS = re.compile(
+    r"not configured|misconfigured|configuration|missing|not set|unavailable|error|exception|"
+    r"failed|failure|invalid|denied|forbidden|unauthori[sz]ed|something went wrong",
+    re.IGNORECASE,
+)
+_SNIPPET = 120
+
+
+def _reached_in_order(usage: Mapping[str, Any]) -> bool | None:
+    """Whether every recorded data exchange was consumed, in the recorded order (``None``:
+    the usage report does not say)."""
+    total = usage.get("dataExchanges")
+    order = usage.get("consumedOrder")
+    if not isinstance(total, int) or not isinstance(order, list):
+        return None
+    return order == list(range(total))
+
+
+def _call_text(call: Mapping[str, Any]) -> str:
+    names = ("method", "url", "text", "tool", "op", "address")
+    parts = [str(call[name]) for name in names if call.get(name) is not None]
+    return " ".join([str(call.get("protocol")), *parts])
+
+
+def _host(url: Any) -> str | None:
+    if not isinstance(url, str):
+        return None
+    try:
+        return urlsplit(url).netloc or None
+    except ValueError:
+        return None
+
+
+def _recorded_hosts(capsule: Mapping[str, Any]) -> set[str]:
+    hosts = set()
+    for event in capsule.get("events") or ():
+        exchange = event.get("exchange") if isinstance(event, Mapping) else None
+        if isinstance(exchange, Mapping) and exchange.get("protocol") == "http":
+            request = exchange.get("request")
+            host = _host(request.get("url") if isinstance(request, Mapping) else None)
+            if host is not None:
+                hosts.add(host)
+    return hosts
+
+
+def _body_text(observed: Mapping[str, Any]) -> str:
+    body = observed.get("body")
+    if not isinstance(body, str):
+        return ""
+    text = re.sub(r"<[^>]*>", " ", body)
+    return " ".join(text.split())
+
+
+def likely_cause(
+    status: int | None, location: str | None, observed: Mapping[str, Any], consumed: int
+) -> str:
+    """Why a replayed answer came before the recorded failure point, as far as its status,
+    ``location`` header and body tell."""
+    if status in (401, 403):
+        return f"the application refused the request (HTTP {status}): {CREDENTIAL_HINT}"
+    if status is not None and 300 <= status < 400:
+        if location and _LOGIN_PATH.search(location):
+            return f"it redirected to a login page ({location}): {CREDENTIAL_HINT}"
+        where = f" to {location}" if location else ""
+        return f"it redirected{where} before doing the recorded work"
+    body = observed.get("body")
+    raw = body if isinstance(body, str) else ""
+    if consumed == 0 and "<form" in raw.lower():
+        return (
+            "the form was rendered again (HTTP 200 with none of the recorded data exchanges "
+            "used): the application refused the replayed form, typically its CSRF token or "
+            "its validation; a CSRF token bound to a session needs that session "
+            "(`check --cookie 'name=value'`)"
+        )
+    text = _body_text(observed)
+    if _ERROR_WORDS.search(text):
+        snippet = text[:_SNIPPET] + ("..." if len(text) > _SNIPPET else "")
+        return (
+            f'the answer reads like the application\'s own error page ("{snippet}"): a '
+            "setting or environment variable production had and this run lacks is likely"
+        )
+    return (
+        "it answered before reaching the recorded failure point; compare its body and output "
+        "with production's"
+    )
+
+
+def judge_evidence(
+    verdict: Verdict,
+    reason: str,
+    *,
+    status: int | None,
+    location: str | None,
+    observed: Mapping[str, Any],
+    usage: Mapping[str, Any] | None,
+    divergences: list[dict[str, Any]],
+    capsule: Mapping[str, Any],
+    recorded: Mapping[str, Any] | None,
+    replayed: Mapping[str, Any] | None,
+) -> Evidence:
+    """Hold a production *fixed* to the evidence, and find *fixed beyond the recording*.
+
+    * *fixed* stays only when the usage report shows every recorded data exchange consumed,
+      in the recorded order, and the recorded exception was not raised again; otherwise it
+      is *inconclusive*, with the calls never made and :func:`likely_cause`.
+    * *diverged* becomes *fixed* ``beyond the recording`` when the first divergence came
+      after every recorded data exchange had been consumed in order and the recorded
+      exception was not raised: the replay got past the recorded failure point, and the
+      calls after it were answered by the divergence rule (never live).
+    * a 401/403 says how to replay as the recorded user.
+    """
+    if verdict is Verdict.INCONCLUSIVE and status in (401, 403):
+        cause = likely_cause(status, location, observed, 0)
+        return Evidence(verdict, f"{reason}: {cause}", likely_cause=cause)
+    raised_again = (
+        recorded is not None and replayed is not None and same_failure(recorded, replayed)
+    )
+    if verdict is Verdict.DIVERGED:
+        return _judge_divergence(reason, usage, divergences, capsule, raised_again)
+    if verdict is not Verdict.FIXED:
+        return Evidence(verdict, reason)
+    if usage is None:
+        return Evidence(
+            Verdict.INCONCLUSIVE,
+            f"{reason}, but the application wrote no REPROIT:REPLAY-USAGE line, so nothing "
+            "shows that the replay reached the recorded failure point (the line is written "
+            "when the request's OpenTelemetry server span ends: is the request served under "
+            "opentelemetry-instrument?)",
+        )
+    unused_calls = [
+        dict(call) for call in usage.get("unusedCalls") or () if isinstance(call, Mapping)
+    ]
+    total = usage.get("dataExchanges")
+    consumed = usage.get("consumed")
+    in_order = _reached_in_order(usage)
+    if not isinstance(total, int) or not isinstance(consumed, int) or in_order is None:
+        return Evidence(
+            Verdict.INCONCLUSIVE,
+            f"{reason}, but the usage report does not say which recorded exchanges were used",
+        )
+    if consumed < total:
+        cause = likely_cause(status, location, observed, consumed)
+        never = "; ".join(_call_text(call) for call in unused_calls[:3])
+        more = f" and {total - consumed - 3} more" if total - consumed > 3 else ""
+        return Evidence(
+            Verdict.INCONCLUSIVE,
+            f"{reason}, but it used only {consumed} of the {total} recorded data exchanges, so "
+            f"it never reached the recorded failure point (never made: {never}{more}); "
+            f"likely: {cause}",
+            unused_calls=unused_calls,
+            likely_cause=cause,
+        )
+    if not in_order:
+        return Evidence(
+            Verdict.INCONCLUSIVE,
+            f"{reason}, but it used the {total} recorded data exchanges in another order "
+            f"({usage.get('consumedOrder')}): it took another path than the recording",
+        )
+    if raised_again:
+        return Evidence(
+            Verdict.INCONCLUSIVE,
+            f"{reason}, but the replay raised the recorded exception again (handled by the "
+            "application): the recorded failure is still there",
+        )
+    return Evidence(
+        Verdict.FIXED,
+        f"{reason}, after using all {total} recorded data exchanges in order",
+    )
+
+
+def _new_call(divergence: Mapping[str, Any]) -> bool:
+    """Whether a divergence is a call production never made, as opposed to a call no
+    recording could serve: the network tripwire's refusal of a client reproit-otel does not
+    record, or a recorded exchange refused because capture truncated it."""
+    if divergence.get("protocol") == TRIPWIRE_PROTOCOL:
+        return False
+    got = divergence.get("got")
+    flags = ("truncated", "streamBoundariesTruncated")
+    return not (isinstance(got, Mapping) and any(got.get(flag) for flag in flags))
+
+
+def _judge_divergence(
+    reason: str,
+    usage: Mapping[str, Any] | None,
+    divergences: list[dict[str, Any]],
+    capsule: Mapping[str, Any],
+    raised_again: bool,
+) -> Evidence:
+    first = divergences[0] if divergences else {}
+    got = first.get("got")
+    call = describe_call(first.get("protocol"), got)
+    host = _host(call.get("url")) if call.get("protocol") == "http" else None
+    if host is not None and host not in _recorded_hosts(capsule):
+        reason = (
+            f"{reason}: its first call went to {host}, a host the recording never called "
+            "(another configuration of the upstream's address is likely)"
+        )
+    total = usage.get("dataExchanges") if usage is not None else None
+    before = first.get("consumed")
+    if (
+        usage is None
+        or not isinstance(total, int)
+        or not isinstance(before, int)
+        or before < total
+        or not _reached_in_order(usage)
+        or raised_again
+        or not all(_new_call(divergence) for divergence in divergences)
+    ):
+        return Evidence(Verdict.DIVERGED, reason)
+    return Evidence(
+        Verdict.FIXED,
+        f"the replay used all {total} recorded data exchanges in order and did not fail at "
+        f"the recorded failure point; then it made {len(divergences)} call(s) production "
+        f"never made, answered by the divergence rule (never live), first: {_call_text(call)}",
+        qualifier=BEYOND_THE_RECORDING,
+        first_new_call=call,
+    )
+
+
 def _has_exchange(capsule: Mapping[str, Any]) -> bool:
     return any(
         isinstance(e, dict) and e.get("kind") == "effect" and e.get("exchange")
@@ -426,6 +696,7 @@ def _run_hermetic_check(
     pump = OutputPump(process.stderr, echo)
     printed = OutputPump(process.stdout, echo)
     observed: dict[str, Any] = {}
+    answer_headers: dict[str, str] = {}
     status: int | None = None
     reason = ""
     try:
@@ -451,7 +722,7 @@ def _run_hermetic_check(
             request = replay_request(capsule, overrides)
             observed["request"] = {"method": request.method, "target": request.target}
             try:
-                status, answer = request.fire(port)
+                status, answer = request.fire(port, answer_headers=answer_headers)
                 observed["status"] = status
                 observed.update(observed_body(answer))
             except (OSError, http.client.HTTPException) as error:
@@ -479,6 +750,22 @@ def _run_hermetic_check(
     reached = judge_reached_failure(verdict, reason, usage)
     left_early = reached[0] is not verdict
     verdict, reason = reached
+    location = answer_headers.get("location")
+    if location is not None:
+        observed["location"] = location
+    evidence = judge_evidence(
+        verdict,
+        reason,
+        status=status,
+        location=location,
+        observed=observed,
+        usage=usage,
+        divergences=divergences,
+        capsule=capsule,
+        recorded=recorded,
+        replayed=replayed,
+    )
+    verdict, reason = evidence.verdict, evidence.reason
     returned = _last_return(capsule["events"])
     return CheckResult(
         verdict=verdict,
@@ -497,6 +784,10 @@ def _run_hermetic_check(
         application_stderr=output_tail(pump.lines),
         application_stdout=output_tail(printed.lines),
         usage=usage,
+        qualifier=evidence.qualifier,
+        first_new_call=evidence.first_new_call,
+        unused_calls=evidence.unused_calls,
+        likely_cause=evidence.likely_cause,
     )
 
 

@@ -40,7 +40,12 @@ from reproit_otel.check_request import (
     parse_cookie_override,
     parse_header_override,
 )
-from reproit_otel.cli.check_text import divergence_lines, exception_lines, verdict_lines
+from reproit_otel.cli.check_text import (
+    divergence_lines,
+    evidence_lines,
+    exception_lines,
+    verdict_lines,
+)
 from reproit_otel.cli.terminal import json_text, say, shown
 from reproit_otel.errors import CapsuleError
 from reproit_otel.verdict import BOOT_TIMEOUT_S, CI_RUN_TIMEOUT_S, CheckResult, check_capsule
@@ -241,6 +246,11 @@ def _summary(result: CheckResult, *, verbose: bool = False) -> str:
             result.recorded_exception,
             result.replayed_exception,
             result.different_failure,
+        )
+    )
+    lines.extend(
+        evidence_lines(
+            result.qualifier, result.first_new_call, result.unused_calls, result.likely_cause
         )
     )
     if result.replayed_exception is not None:

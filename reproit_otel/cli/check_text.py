@@ -19,7 +19,14 @@ from typing import Any
 from reproit_otel.cli.terminal import shown
 from reproit_otel.wire.exception import describe_exception, short_type
 
-__all__ = ["COLUMN_WIDTH", "divergence_lines", "exception_lines", "side_by_side", "verdict_lines"]
+__all__ = [
+    "COLUMN_WIDTH",
+    "divergence_lines",
+    "evidence_lines",
+    "exception_lines",
+    "side_by_side",
+    "verdict_lines",
+]
 
 COLUMN_WIDTH = 58
 """Characters per column of the side-by-side view (longer lines wrap)."""
@@ -166,4 +173,32 @@ def verdict_lines(
             lines.append(f"  replayed: {shown(describe_exception(replayed))}")
     elif verdict == "reproduced" and replayed is not None and recorded is not None:
         lines.append(f"REPRODUCED  {shown(describe_exception(replayed))}, as recorded")
+    return lines
+
+
+def _call(call: Mapping[str, Any]) -> str:
+    names = ("method", "url", "text", "tool", "op", "address", "port")
+    parts = [str(call[name]) for name in names if call.get(name) is not None]
+    return shown(" ".join([str(call.get("protocol")), *parts]))
+
+
+def evidence_lines(
+    qualifier: str | None,
+    first_new_call: Mapping[str, Any] | None,
+    unused_calls: list[dict[str, Any]],
+    likely_cause: str | None,
+) -> list[str]:
+    """What a verdict rests on beyond its reason: the qualifier and the first call past the
+    recording of a *fixed beyond the recording*, or the recorded calls a replay never made and
+    why it probably stopped short."""
+    lines = []
+    if qualifier:
+        lines.append(f"qualifier:   {shown(qualifier)}")
+    if first_new_call:
+        lines.append(f"first new call (production never made it): {_call(first_new_call)}")
+    if unused_calls:
+        lines.append("recorded calls the replay never made:")
+        lines.extend(f"  {call.get('position')}: {_call(call)}" for call in unused_calls)
+    if likely_cause:
+        lines.append(f"likely cause: {shown(likely_cause)}")
     return lines

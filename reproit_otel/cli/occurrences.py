@@ -2,15 +2,20 @@
 
 ::
 
-    reproit-otel list [--operation OP] [--status N] [--project P] [--limit N] [--offset N]
+    reproit-otel list [--operation OP] [--status N] [--project P | --all-projects]
+                      [--limit N] [--offset N]
     reproit-otel show OCC
-    reproit-otel pull OCC [-o FILE]
+    reproit-otel pull OCC [--batch N] [-o FILE]
 
 Every command takes ``--ingest URL`` (default ``$REPROIT_INGEST_URL``, else
 ``http://127.0.0.1:8765``), ``--api-key KEY`` (default ``$REPROIT_API_KEY``) and ``--json``
 (the server's JSON, for scripts; ``pull`` always writes the capsule itself). ``pull`` writes
 the capsule bytes exactly as served (canonical JSON, no trailing newline) to ``FILE`` or
-standard output, ready for ``reproit-otel check``.
+standard output, ready for ``reproit-otel check``: the latest batch's, or with ``--batch N``
+that of batch ``N`` (``show`` lists an occurrence's batches with their numbers).
+
+``list`` shows the project of the current configuration (``$REPROIT_APP_ID``) when one is set;
+``--project P`` names another, ``--all-projects`` shows every project.
 
 Every read from the ingest is bounded: at most :data:`MAX_ANSWER_BYTES` bytes, and
 ``--timeout`` seconds for the whole request (connecting, the answer's head and its body
@@ -55,6 +60,7 @@ API_KEY_ENV = "REPROIT_API_KEY"
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
 """The most bytes read of one answer of the ingest (a capsule is at most a few MiB)."""
 _CHUNK = 65536
+APP_ID_ENV = "REPROIT_APP_ID"
 
 
 class IngestClientError(Exception):
@@ -230,7 +236,16 @@ def register(subparsers: Any) -> None:
     _common(listing)
     listing.add_argument("--operation", default=None, help="only this operation (METHOD /path)")
     listing.add_argument("--status", type=int, default=None, help="only this HTTP status")
-    listing.add_argument("--project", default=None, help="only this project (app id)")
+    listing.add_argument(
+        "--project",
+        default=None,
+        help=f"only this project (app id; default ${APP_ID_ENV} when it is set)",
+    )
+    listing.add_argument(
+        "--all-projects",
+        action="store_true",
+        help=f"every project, even when ${APP_ID_ENV} is set",
+    )
     listing.add_argument("--limit", type=int, default=50, help="page size (default 50)")
     listing.add_argument("--offset", type=int, default=0, help="skip this many (default 0)")
     listing.set_defaults(handler=run_list)
@@ -245,6 +260,13 @@ def register(subparsers: Any) -> None:
     )
     _common(pull, json_flag=False)
     pull.add_argument("occurrence", metavar="OCC", help="occurrence id (occ_...)")
+    pull.add_argument(
+        "--batch",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the capsule of batch N (as `show` lists them; default: the latest)",
+    )
     pull.add_argument("-o", "--output", default=None, metavar="FILE", help="default: stdout")
     pull.set_defaults(handler=run_pull)
 
@@ -259,12 +281,15 @@ def client_for(
     return IngestClient(url, key, timeout=timeout)
 
 
-def fetch_capsule(client: IngestClient, occurrence: str) -> bytes:
-    """The capsule bytes of ``occurrence``, exactly as the ingest serves them.
+def fetch_capsule(client: IngestClient, occurrence: str, batch: int | None = None) -> bytes:
+    """The capsule bytes of ``occurrence`` (its latest batch, or batch ``batch``), exactly as
+    the ingest serves them.
 
-    Raises :class:`IngestClientError` (unknown occurrence, no capsule, refused key, no ingest).
+    Raises :class:`IngestClientError` (unknown occurrence or batch, no capsule, refused key,
+    no ingest).
     """
-    return client.get(_occurrence_path(occurrence) + "/capsule")
+    query = None if batch is None else {"batch": str(batch)}
+    return client.get(_occurrence_path(occurrence) + "/capsule", query)
 
 
 def _client(args: argparse.Namespace) -> IngestClient:
@@ -304,10 +329,14 @@ def _table(rows: list[dict[str, Any]]) -> str:
 def run_list(args: argparse.Namespace) -> int:
     """Execute ``list``."""
     query = {"limit": str(args.limit), "offset": str(args.offset)}
-    for name in ("operation", "status", "project"):
-        value = getattr(args, name)
+    project = args.project
+    if project is None and not args.all_projects:
+        project = os.environ.get(APP_ID_ENV) or None
+    for name, value in (("operation", args.operation), ("status", args.status)):
         if value is not None:
             query[name] = str(value)
+    if project is not None:
+        query["project"] = project
     try:
         page = _client(args).get_json("/v1/occurrences", query)
     except IngestClientError as error:
@@ -317,8 +346,13 @@ def run_list(args: argparse.Namespace) -> int:
         return 0
     rows = page.get("occurrences", [])
     if not rows:
-        say("no occurrences")
+        say("no occurrences" + (f" of project {shown(project)}" if project is not None else ""))
         return 0
+    if project is not None and args.project is None:
+        say(
+            f"project {shown(project)} (${APP_ID_ENV}; --all-projects for every project)",
+            file=sys.stderr,
+        )
     say(_table(rows))
     listed = page.get("offset", 0) + len(rows)
     if page.get("nextOffset") is not None:
@@ -334,6 +368,7 @@ _SHOW_FIELDS = (
     ("projectId", "project"),
     ("operation", "operation"),
     ("status", "status"),
+    ("fingerprint", "failure"),
     ("signature", "signature"),
     ("summary", "summary"),
     ("count", "count"),
@@ -368,8 +403,33 @@ def run_show(args: argparse.Namespace) -> int:
     if occurrence.get("capsuleAvailable"):
         for line in _exception_lines(client, str(occurrence.get("id"))):
             say(line)
+        for line in _batch_lines(client, str(occurrence.get("id"))):
+            say(line)
         say(f"\npull it: reproit-otel pull {shown(occurrence.get('id'))} -o capsule.json")
     return 0
+
+
+def _batch_lines(client: IngestClient, occurrence: str) -> list[str]:
+    """The occurrence's batches, most recent first, each with the number ``pull --batch``
+    takes."""
+    try:
+        listed = client.get_json(_occurrence_path(occurrence) + "/batches")
+    except IngestClientError:
+        return []
+    batches = listed.get("batches") if isinstance(listed, dict) else None
+    if not isinstance(batches, list) or not batches:
+        return []
+    lines = ["", "batches (most recent first; pull one with --batch N):"]
+    for batch in batches:
+        if not isinstance(batch, dict):
+            continue
+        kept = "" if batch.get("kept") else "  (pruned by retention)"
+        exception = batch.get("exception")
+        about = f"  {shown(exception)}" if exception else ""
+        lines.append(
+            f"  {shown(batch.get('batch')):>6}  {shown(batch.get('received'))}{about}{kept}"
+        )
+    return lines
 
 
 def _exception_lines(client: IngestClient, occurrence: str) -> list[str]:
@@ -396,7 +456,7 @@ def _exception_lines(client: IngestClient, occurrence: str) -> list[str]:
 def run_pull(args: argparse.Namespace) -> int:
     """Execute ``pull``."""
     try:
-        capsule = fetch_capsule(_client(args), args.occurrence)
+        capsule = fetch_capsule(_client(args), args.occurrence, args.batch)
     except IngestClientError as error:
         return _fail("pull", error)
     if args.output:

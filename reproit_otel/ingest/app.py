@@ -32,11 +32,17 @@ Routes (every ``/v1`` route needs ``Authorization: Bearer <key>``):
     failure of that exception kind (``ingest/failure_kinds.py``).
 ``GET /v1/occurrences/{id}``
     One occurrence, ``404`` when unknown.
-``GET /v1/occurrences/{id}/capsule``
-    The section 5.9 projection of the occurrence's latest batch, as canonical JSON (the capsule
-    file encoding of section 5.10); for a batch naming a stored capsule artifact (a heavy
-    operation), that artifact: the whole capsule. ``409`` for an occurrence only seen over
-    OTLP (it carries no exchanges), ``422`` when the batch projects to nothing.
+``GET /v1/occurrences/{id}/batches``
+    ``{"batches": [{"batch": N, "batchId", "received", "kept", "exception"}, ...]}``: the
+    batches the occurrence received, most recent first (at most 200); ``batch`` is the number
+    ``capsule?batch=N`` takes, ``kept`` whether retention kept its body.
+``GET /v1/occurrences/{id}/capsule?batch=N``
+    The section 5.9 projection of the occurrence's latest batch (or of batch ``N``), as
+    canonical JSON (the capsule file encoding of section 5.10); for a batch naming a stored
+    capsule artifact (a heavy operation), that artifact: the whole capsule. ``404`` for a
+    batch the occurrence does not have, ``409`` for an occurrence only seen over OTLP (it
+    carries no exchanges), ``410`` for a batch whose body retention pruned, ``422`` when the
+    batch projects to nothing.
 ``POST /v1/traces``
     OTLP/HTTP protobuf (gzip or not); failing server spans become occurrences
     (:mod:`reproit_otel.ingest.otlp`). Answers an empty ``ExportTraceServiceResponse``.
@@ -472,13 +478,41 @@ class IngestApp:
             raise _Refused(404, "unknown-occurrence", "id", f"no occurrence {occurrence_id!r}")
         return JSONResponse(occurrence.to_json())
 
+    async def get_batches(self, request: Request) -> Response:
+        self._authorize(request, read=True)
+        occurrence_id = request.path_params["occurrence_id"]
+        occurrence = await run_in_threadpool(self.store.get_occurrence, occurrence_id)
+        if occurrence is None:
+            raise _Refused(404, "unknown-occurrence", "id", f"no occurrence {occurrence_id!r}")
+        batches = await run_in_threadpool(self.store.occurrence_batches, occurrence_id)
+        return JSONResponse({"batches": [batch.to_json() for batch in batches]})
+
     async def get_capsule(self, request: Request) -> Response:
         self._authorize(request, read=True)
         occurrence_id = request.path_params["occurrence_id"]
         occurrence = await run_in_threadpool(self.store.get_occurrence, occurrence_id)
         if occurrence is None:
             raise _Refused(404, "unknown-occurrence", "id", f"no occurrence {occurrence_id!r}")
-        batch = await run_in_threadpool(self.store.latest_batch, occurrence_id)
+        wanted = request.query_params.get("batch")
+        if wanted is not None:
+            seq = ascii_int(wanted, high=2**63 - 1)
+            if seq is None:
+                raise _Refused(400, "query", "batch", "batch must be ASCII digits (see show)")
+            found, batch = await run_in_threadpool(self.store.batch_of, occurrence_id, seq)
+            if not found:
+                raise _Refused(
+                    404, "unknown-batch", "batch", f"occurrence {occurrence_id} has no batch {seq}"
+                )
+            if batch is None:
+                raise _Refused(
+                    410,
+                    "retention",
+                    "batch",
+                    f"batch {seq} of occurrence {occurrence_id} was pruned by the ingest's "
+                    "retention (--retain-batches, --retain-days)",
+                )
+        else:
+            batch = await run_in_threadpool(self.store.latest_batch, occurrence_id)
         if batch is None and occurrence.batch_count:
             raise _Refused(
                 410,
@@ -619,6 +653,11 @@ def create_app(
         Route("/v1/artifacts/{artifact_id}", _wrap(ingest.put_artifact), methods=["PUT"]),
         Route("/v1/occurrences", _wrap(ingest.list_occurrences), methods=["GET"]),
         Route("/v1/occurrences/{occurrence_id}", _wrap(ingest.get_occurrence), methods=["GET"]),
+        Route(
+            "/v1/occurrences/{occurrence_id}/batches",
+            _wrap(ingest.get_batches),
+            methods=["GET"],
+        ),
         Route(
             "/v1/occurrences/{occurrence_id}/capsule",
             _wrap(ingest.get_capsule),

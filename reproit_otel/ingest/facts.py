@@ -3,8 +3,7 @@
 A ``capture-batch-v1`` (PROTOCOL section 5.5) is read for:
 
 * ``operation``: the name of the first ``operation-start`` event;
-* ``signature`` and ``summary``: from the first ``observation`` event's ``failure``; the
-  occurrence is the group of every failure with the same project and signature;
+* ``signature`` and ``summary``: from the first ``observation`` event's ``failure``;
 * ``oracle``: the signature up to its first ``:`` (section 5.9);
 * ``status``: the ``status`` of the raw return event carried by the ``operation-return``
   effect, when it is an integer;
@@ -12,12 +11,22 @@ A ``capture-batch-v1`` (PROTOCOL section 5.5) is read for:
 * ``has_exchanges``: whether any ``dependency`` or ``state-access`` event carries a
   replayable value with an ``exchange`` (a capsule can then replay the operation);
 * ``exception_kind``: the exception the raw return event's output carries
-  (``wire/exception.py``), as its type and innermost application frame: failures of one
-  signature are told apart by it.
+  (``wire/exception.py``), as its type and innermost application frame (file and function,
+  never the line: ``TypeError @ shop/views.py in create_order``);
+* ``fingerprint``: what tells failures of one operation apart: the ``exception_kind`` when
+  there is one, else the status (``HTTP 500``; ``no status`` without one).
 
-A failing OTLP server span (``POST /v1/traces``) gives the same facts without exchanges: its
-signature is ``backend-server-error:<operation>``, the one a capture batch of the same failure
-carries, so both land on one occurrence.
+An occurrence is the group of every failure with the same project (the application),
+operation, signature and fingerprint (:attr:`FailureFacts.occurrence_id`): three different
+exceptions on ``POST /api/articles`` are three occurrences, while the same exception raised
+again from an edited line of the same function stays one.
+
+A failing OTLP server span (``POST /v1/traces``) gives the same facts without exchanges and
+without an exception: its signature is ``backend-server-error:<operation>`` and its
+fingerprint its status. The store counts it on the most recently seen occurrence of the same
+project and signature when there is one
+(:meth:`~reproit_otel.ingest.store.Store.record_server_spans`), so a span and the capture
+batch of one failure land together.
 """
 
 from __future__ import annotations
@@ -66,10 +75,28 @@ class FailureFacts:
         return self.signature.split(":", 1)[0]
 
     @property
+    def fingerprint(self) -> str:
+        """The exception kind, else the status (``HTTP 500``), else ``no status``."""
+        return failure_fingerprint(self.exception_kind, self.status)
+
+    @property
     def occurrence_id(self) -> str:
-        """A stable id for the (project, signature) group, equal on every ingest instance."""
-        digest = hashlib.sha256(f"{self.project_id}\0{self.signature}".encode()).hexdigest()
-        return f"occ_{digest[:20]}"
+        """A stable id for the (project, operation, signature, fingerprint) group, equal on
+        every ingest instance."""
+        return occurrence_id_of(self.project_id, self.operation, self.signature, self.fingerprint)
+
+
+def failure_fingerprint(exception_kind: str | None, status: int | None) -> str:
+    """What tells failures of one operation apart (see :attr:`FailureFacts.fingerprint`)."""
+    if exception_kind:
+        return exception_kind
+    return "no status" if status is None else f"HTTP {status}"
+
+
+def occurrence_id_of(project_id: str, operation: str, signature: str, fingerprint: str) -> str:
+    """The id of the occurrence of a project, operation, signature and fingerprint."""
+    key = "\0".join((project_id, operation, signature, fingerprint))
+    return f"occ_{hashlib.sha256(key.encode()).hexdigest()[:20]}"
 
 
 def _event_body(event: Any) -> Mapping[str, Any]:

@@ -22,14 +22,23 @@ Two back ends share one schema and one set of statements:
   instances receive the same occurrence at once; schema creation is serialised with an
   advisory lock.
 
-Grouping: an occurrence is the set of failures with the same project and failure signature
-(:mod:`reproit_otel.ingest.facts`); it keeps a total ``count``, how many carried a capture
-batch and how many were OTLP server spans, first and last seen (ingest clock, epoch ms), the
+Grouping: an occurrence is the set of failures with the same project, operation, failure
+signature and failure fingerprint (the exception's type and innermost application frame, else
+the status; :mod:`reproit_otel.ingest.facts`); it keeps a total ``count``, how many carried a
+capture batch and how many were OTLP server spans, first and last seen (ingest clock, epoch ms), the
 last status, build and commit seen. A batch received again with the same ``batchId`` and the
 same bytes (an uploader retry after a lost response) is stored once and counted once; batch
 ids alone are not trusted to be unique, since two forked workers may number batches alike.
 Old batch bodies are pruned by the rules of :mod:`reproit_otel.ingest.retention` (set
-``store.retention``); the counts never change.
+``store.retention``); the counts never change. Every batch an occurrence received is listed
+(:meth:`Store.occurrence_batches`, numbered by its ``seq``) and each one whose body is kept can
+be read back (:meth:`Store.batch_of`), not only the latest.
+
+Migration: a database written before occurrences had a fingerprint (grouped by project and
+signature alone) is regrouped when the store opens it (:meth:`Store._migrate`), in one
+transaction: each stored batch goes to the occurrence of its own facts (read from its body, or
+from its filed exception kind when retention pruned the body), the OTLP spans to the most
+recently seen of the new occurrences of their old one, and every count is kept.
 """
 
 from __future__ import annotations
@@ -51,7 +60,12 @@ from reproit_otel.ingest.artifact_store import (
     ARTIFACT_SCHEMA,
     ArtifactStore,
 )
-from reproit_otel.ingest.facts import FailureFacts
+from reproit_otel.ingest.facts import (
+    BatchFactError,
+    FailureFacts,
+    UnsignedBatchError,
+    batch_facts,
+)
 from reproit_otel.ingest.failure_kinds import (
     FAILURE_KIND_INDEX,
     FAILURE_KIND_SCHEMA,
@@ -75,7 +89,8 @@ _SQLITE_SCHEMA = (
         first_seen_ms INTEGER NOT NULL,
         last_seen_ms INTEGER NOT NULL,
         build TEXT,
-        commit_sha TEXT)""",
+        commit_sha TEXT,
+        fingerprint TEXT NOT NULL DEFAULT '')""",
     """CREATE TABLE IF NOT EXISTS reproit_batches (
         seq INTEGER PRIMARY KEY AUTOINCREMENT,
         project_id TEXT NOT NULL,
@@ -114,6 +129,9 @@ _INDEXES = (
     "CREATE INDEX IF NOT EXISTS reproit_occurrences_status "
     "ON reproit_occurrences (status, last_seen_ms DESC, id)",
     FAILURE_KIND_INDEX,
+    # An OTLP span finds the latest occurrence of its project and signature.
+    "CREATE INDEX IF NOT EXISTS reproit_occurrences_signature "
+    "ON reproit_occurrences (project_id, signature, last_seen_ms DESC)",
 )
 
 # A fixed key for pg_advisory_xact_lock: instances starting together create the schema once.
@@ -121,8 +139,9 @@ _SCHEMA_LOCK_KEY = 0x5E9_0017
 
 _UPSERT_OCCURRENCE = """
 INSERT INTO reproit_occurrences (id, project_id, signature, operation, oracle, status, summary,
-    count, batch_count, trace_count, has_exchanges, first_seen_ms, last_seen_ms, build, commit_sha)
-VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)
+    count, batch_count, trace_count, has_exchanges, first_seen_ms, last_seen_ms, build, commit_sha,
+    fingerprint)
+VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (id) DO UPDATE SET
     count = reproit_occurrences.count + 1,
     batch_count = reproit_occurrences.batch_count + excluded.batch_count,
@@ -139,7 +158,7 @@ ON CONFLICT (id) DO UPDATE SET
 
 _OCCURRENCE_COLUMNS = (
     "id, project_id, signature, operation, oracle, status, summary, count, batch_count, "
-    "trace_count, has_exchanges, first_seen_ms, last_seen_ms, build, commit_sha"
+    "trace_count, has_exchanges, first_seen_ms, last_seen_ms, build, commit_sha, fingerprint"
 )
 
 MAX_PAGE = 500
@@ -169,6 +188,8 @@ class Occurrence:
     last_seen_ms: int
     build: str | None
     commit: str | None
+    fingerprint: str = ""
+    """The exception kind, else the status (``HTTP 500``), that sets the occurrence apart."""
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> Occurrence:
@@ -188,6 +209,7 @@ class Occurrence:
             last_seen_ms=int(row[12]),
             build=row[13],
             commit=row[14],
+            fingerprint=str(row[15] or ""),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -209,7 +231,34 @@ class Occurrence:
             "lastSeen": _rfc3339(self.last_seen_ms),
             "build": self.build,
             "commit": self.commit,
+            "fingerprint": self.fingerprint,
         }
+
+
+@dataclass(frozen=True)
+class StoredBatch:
+    """One batch an occurrence received: its number (``seq``), id, arrival and exception kind;
+    ``kept`` is whether retention kept its body (only then can it be pulled)."""
+
+    seq: int
+    batch_id: str
+    received_ms: int
+    kept: bool
+    kind: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON shape served by ``GET /v1/occurrences/{id}/batches``."""
+        return {
+            "batch": self.seq,
+            "batchId": self.batch_id,
+            "received": _rfc3339(self.received_ms),
+            "kept": self.kept,
+            "exception": self.kind,
+        }
+
+
+MAX_BATCHES_LISTED = 200
+"""Batches listed per occurrence (the most recent)."""
 
 
 @dataclass(frozen=True)
@@ -274,13 +323,19 @@ class Store(ArtifactStore, FailureKindStore, Retention):
         """Release the connections."""
 
     def _upsert(
-        self, cursor: _Cursor, facts: FailureFacts, *, received_ms: int, batch: bool
+        self,
+        cursor: _Cursor,
+        facts: FailureFacts,
+        *,
+        received_ms: int,
+        batch: bool,
+        occurrence_id: str | None = None,
     ) -> None:
         statement = _UPSERT_OCCURRENCE.format(greatest=self.greatest, least=self.least)
         cursor.execute(
             self._sql(statement),
             (
-                facts.occurrence_id,
+                facts.occurrence_id if occurrence_id is None else occurrence_id,
                 facts.project_id,
                 facts.signature,
                 facts.operation,
@@ -294,8 +349,22 @@ class Store(ArtifactStore, FailureKindStore, Retention):
                 received_ms,
                 facts.build,
                 facts.commit,
+                facts.fingerprint,
             ),
         )
+
+    def _span_occurrence(self, cursor: _Cursor, facts: FailureFacts) -> str:
+        """The occurrence a failing span counts on: the most recently seen one of its project
+        and signature (a span carries no exception to tell them apart), else its own."""
+        cursor.execute(
+            self._sql(
+                "SELECT id FROM reproit_occurrences WHERE project_id = ? AND signature = ? "
+                "ORDER BY last_seen_ms DESC, id LIMIT 1"
+            ),
+            (facts.project_id, facts.signature),
+        )
+        row = cursor.fetchone()
+        return facts.occurrence_id if row is None else str(row[0])
 
     def record_batch(
         self,
@@ -351,20 +420,7 @@ class Store(ArtifactStore, FailureKindStore, Retention):
         received_ms: int | None = None,
     ) -> RecordResult:
         """Count a failing OTLP server span on its occurrence (once per trace and span id)."""
-        now = int(time.time() * 1000) if received_ms is None else received_ms
-        with self._transaction() as cursor:
-            cursor.execute(
-                self._sql(
-                    "INSERT INTO reproit_spans (project_id, trace_id, span_id, occurrence_id, "
-                    "received_ms) VALUES (?, ?, ?, ?, ?) "
-                    "ON CONFLICT (project_id, trace_id, span_id) DO NOTHING"
-                ),
-                (facts.project_id, trace_id, span_id, facts.occurrence_id, now),
-            )
-            if cursor.rowcount == 0:
-                return RecordResult(occurrence_id=facts.occurrence_id, duplicate=True)
-            self._upsert(cursor, facts, received_ms=now, batch=False)
-        return RecordResult(occurrence_id=facts.occurrence_id, duplicate=False)
+        return self.record_server_spans([(facts, trace_id, span_id)], received_ms=received_ms)[0]
 
     def record_server_spans(
         self,
@@ -380,16 +436,30 @@ class Store(ArtifactStore, FailureKindStore, Retention):
             for facts, trace_id, span_id in spans:
                 cursor.execute(
                     self._sql(
+                        "SELECT occurrence_id FROM reproit_spans "
+                        "WHERE project_id = ? AND trace_id = ? AND span_id = ?"
+                    ),
+                    (facts.project_id, trace_id, span_id),
+                )
+                seen = cursor.fetchone()
+                if seen is not None:
+                    results.append(RecordResult(occurrence_id=str(seen[0]), duplicate=True))
+                    continue
+                occurrence_id = self._span_occurrence(cursor, facts)
+                cursor.execute(
+                    self._sql(
                         "INSERT INTO reproit_spans (project_id, trace_id, span_id, "
                         "occurrence_id, received_ms) VALUES (?, ?, ?, ?, ?) "
                         "ON CONFLICT (project_id, trace_id, span_id) DO NOTHING"
                     ),
-                    (facts.project_id, trace_id, span_id, facts.occurrence_id, now),
+                    (facts.project_id, trace_id, span_id, occurrence_id, now),
                 )
                 duplicate = cursor.rowcount == 0
                 if not duplicate:
-                    self._upsert(cursor, facts, received_ms=now, batch=False)
-                results.append(RecordResult(occurrence_id=facts.occurrence_id, duplicate=duplicate))
+                    self._upsert(
+                        cursor, facts, received_ms=now, batch=False, occurrence_id=occurrence_id
+                    )
+                results.append(RecordResult(occurrence_id=occurrence_id, duplicate=duplicate))
         return results
 
     def list_occurrences(
@@ -493,6 +563,212 @@ class Store(ArtifactStore, FailureKindStore, Retention):
         parsed: dict[str, Any] = json.loads(row[0])
         return parsed
 
+    def occurrence_batches(
+        self, occurrence_id: str, *, limit: int = MAX_BATCHES_LISTED
+    ) -> list[StoredBatch]:
+        """The batches an occurrence received, most recent first (at most ``limit``)."""
+        with self._transaction() as cursor:
+            cursor.execute(
+                self._sql(
+                    "SELECT b.seq, b.batch_id, b.received_ms, b.body <> '', k.kind "
+                    "FROM reproit_batches b LEFT JOIN reproit_batch_kinds k ON k.batch_seq = b.seq "
+                    "WHERE b.occurrence_id = ? ORDER BY b.seq DESC LIMIT ?"
+                ),
+                (occurrence_id, max(1, limit)),
+            )
+            rows = cursor.fetchall()
+        return [
+            StoredBatch(int(row[0]), str(row[1]), int(row[2]), bool(row[3]), row[4]) for row in rows
+        ]
+
+    def batch_of(self, occurrence_id: str, seq: int) -> tuple[bool, dict[str, Any] | None]:
+        """Batch ``seq`` of an occurrence: ``(False, None)`` when the occurrence has no such
+        batch, ``(True, None)`` when retention pruned its body, else ``(True, batch)``."""
+        with self._transaction() as cursor:
+            cursor.execute(
+                self._sql("SELECT body FROM reproit_batches WHERE occurrence_id = ? AND seq = ?"),
+                (occurrence_id, seq),
+            )
+            row = cursor.fetchone()
+        if row is None:
+            return False, None
+        if not row[0]:
+            return True, None
+        parsed: dict[str, Any] = json.loads(row[0])
+        return True, parsed
+
+    # -- migration ---------------------------------------------------------------------------
+
+    def _has_fingerprints(self, cursor: _Cursor) -> bool:
+        raise NotImplementedError
+
+    def _migrate(self, cursor: _Cursor) -> None:
+        """Regroup a database written before occurrences had a fingerprint (see the module
+        docstring). Runs inside the transaction that created the schema."""
+        if self._has_fingerprints(cursor):
+            return
+        cursor.execute(
+            "ALTER TABLE reproit_occurrences ADD COLUMN fingerprint TEXT NOT NULL DEFAULT ''"
+        )
+        cursor.execute(self._sql(f"SELECT {_OCCURRENCE_COLUMNS} FROM reproit_occurrences"))
+        old = {str(row[0]): Occurrence.from_row(row) for row in cursor.fetchall()}
+        cursor.execute("SELECT batch_seq, kind FROM reproit_batch_kinds")
+        kinds = {int(row[0]): str(row[1]) for row in cursor.fetchall()}
+        groups: dict[str, _Group] = {}
+        moved: list[tuple[int, str]] = []
+        after = -1
+        while True:  # the batches in chunks: their bodies are not all held at once
+            cursor.execute(
+                self._sql(
+                    "SELECT seq, occurrence_id, received_ms, body FROM reproit_batches "
+                    "WHERE seq > ? ORDER BY seq LIMIT 200"
+                ),
+                (after,),
+            )
+            rows = cursor.fetchall()
+            if not rows:
+                break
+            for seq, occurrence_id, received_ms, body in rows:
+                after = int(seq)
+                previous = old.get(str(occurrence_id))
+                facts = _migrated_facts(previous, body, kinds.get(int(seq)))
+                if facts is None:
+                    continue  # a batch of no occurrence: left as it is
+                group = groups.setdefault(facts.occurrence_id, _Group(facts, str(occurrence_id)))
+                group.add_batch(facts, int(received_ms))
+                moved.append((int(seq), facts.occurrence_id))
+        cursor.execute("SELECT project_id, trace_id, span_id, occurrence_id FROM reproit_spans")
+        spans = cursor.fetchall()
+        latest: dict[str, _Group] = {}
+        for group in groups.values():
+            current = latest.get(group.origin)
+            if current is None or group.last_seen_ms > current.last_seen_ms:
+                latest[group.origin] = group
+        for occurrence in old.values():
+            if occurrence.id not in latest:  # only spans, or every batch unreadable
+                facts = _facts_of(occurrence, None)
+                group = _Group(facts, occurrence.id)
+                groups[facts.occurrence_id] = group
+                latest[occurrence.id] = group
+            placed = sum(g.batch_count for g in groups.values() if g.origin == occurrence.id)
+            latest[occurrence.id].take_rest(occurrence, placed)
+        cursor.execute("DELETE FROM reproit_occurrences")
+        for group in groups.values():
+            self._insert_group(cursor, group)
+        for seq, occurrence_id in moved:
+            cursor.execute(
+                self._sql("UPDATE reproit_batches SET occurrence_id = ? WHERE seq = ?"),
+                (occurrence_id, seq),
+            )
+            cursor.execute(
+                self._sql("UPDATE reproit_batch_kinds SET occurrence_id = ? WHERE batch_seq = ?"),
+                (occurrence_id, seq),
+            )
+        for project_id, trace_id, span_id, occurrence_id in spans:
+            target = latest.get(str(occurrence_id))
+            if target is None:
+                continue  # a span of no occurrence: left as it is
+            cursor.execute(
+                self._sql(
+                    "UPDATE reproit_spans SET occurrence_id = ? "
+                    "WHERE project_id = ? AND trace_id = ? AND span_id = ?"
+                ),
+                (target.facts.occurrence_id, project_id, trace_id, span_id),
+            )
+
+    def _insert_group(self, cursor: _Cursor, group: _Group) -> None:
+        facts = group.facts
+        cursor.execute(
+            self._sql(
+                "INSERT INTO reproit_occurrences (id, project_id, signature, operation, oracle, "
+                "status, summary, count, batch_count, trace_count, has_exchanges, first_seen_ms, "
+                "last_seen_ms, build, commit_sha, fingerprint) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            ),
+            (
+                facts.occurrence_id,
+                facts.project_id,
+                facts.signature,
+                facts.operation,
+                facts.oracle,
+                facts.status,
+                facts.summary,
+                group.batch_count + group.trace_count + group.other_count,
+                group.batch_count,
+                group.trace_count,
+                1 if group.has_exchanges else 0,
+                group.first_seen_ms,
+                group.last_seen_ms,
+                facts.build,
+                facts.commit,
+                facts.fingerprint,
+            ),
+        )
+
+
+def _facts_of(occurrence: Occurrence, kind: str | None) -> FailureFacts:
+    return FailureFacts(
+        project_id=occurrence.project_id,
+        signature=occurrence.signature,
+        operation=occurrence.operation,
+        summary=occurrence.summary,
+        status=occurrence.status,
+        build=occurrence.build,
+        commit=occurrence.commit,
+        has_exchanges=occurrence.has_exchanges,
+        exception_kind=kind,
+    )
+
+
+def _migrated_facts(
+    occurrence: Occurrence | None, body: Any, kind: str | None
+) -> FailureFacts | None:
+    """The facts a stored batch is regrouped by: its body's, else (pruned, unreadable) its old
+    occurrence's with its filed exception kind."""
+    if isinstance(body, str) and body:
+        try:
+            parsed = json.loads(body)
+            if isinstance(parsed, dict):
+                return batch_facts(parsed)
+        except (ValueError, UnsignedBatchError, BatchFactError):
+            pass
+    return None if occurrence is None else _facts_of(occurrence, kind)
+
+
+class _Group:
+    """One occurrence as the migration rebuilds it."""
+
+    def __init__(self, facts: FailureFacts, origin: str) -> None:
+        self.facts = facts
+        self.origin = origin
+        self.batch_count = 0
+        self.trace_count = 0
+        self.other_count = 0
+        self.has_exchanges = facts.has_exchanges
+        self.first_seen_ms: int | None = None
+        self.last_seen_ms = -1
+
+    def add_batch(self, facts: FailureFacts, received_ms: int) -> None:
+        self.batch_count += 1
+        self.has_exchanges = self.has_exchanges or facts.has_exchanges
+        if self.first_seen_ms is None or received_ms < self.first_seen_ms:
+            self.first_seen_ms = received_ms
+        if received_ms >= self.last_seen_ms:
+            self.last_seen_ms = received_ms
+            self.facts = facts  # the latest batch's status, build and commit
+
+    def take_rest(self, occurrence: Occurrence, placed: int) -> None:
+        """Count on this group what the old occurrence counted beyond the ``placed`` batches
+        regrouped from it: its spans and any other count; keep its first and last seen."""
+        self.trace_count += occurrence.trace_count
+        self.batch_count += max(0, occurrence.batch_count - placed)
+        self.other_count += max(
+            0, occurrence.count - occurrence.batch_count - occurrence.trace_count
+        )
+        if self.first_seen_ms is None:
+            self.first_seen_ms = occurrence.first_seen_ms
+        self.last_seen_ms = max(self.last_seen_ms, occurrence.last_seen_ms)
+
 
 class SQLiteStore(Store):
     """The store in one SQLite file."""
@@ -503,6 +779,11 @@ class SQLiteStore(Store):
         with self._transaction() as cursor:
             for statement in (*_SQLITE_SCHEMA, *_INDEXES):
                 cursor.execute(statement)
+            self._migrate(cursor)
+
+    def _has_fingerprints(self, cursor: _Cursor) -> bool:
+        cursor.execute("PRAGMA table_info(reproit_occurrences)")
+        return any(row[1] == "fingerprint" for row in cursor.fetchall())
 
     def _connect(self) -> sqlite3.Connection:
         connection = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
@@ -546,6 +827,14 @@ class PostgresStore(Store):
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_KEY,))
             for statement in (*_POSTGRES_SCHEMA, *_INDEXES):
                 cursor.execute(statement)
+            self._migrate(cursor)
+
+    def _has_fingerprints(self, cursor: _Cursor) -> bool:
+        cursor.execute(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() "
+            "AND table_name = 'reproit_occurrences' AND column_name = 'fingerprint'"
+        )
+        return cursor.fetchone() is not None
 
     def _sql(self, statement: str) -> str:
         return statement.replace("?", "%s")

@@ -1,9 +1,10 @@
 """The occurrence list of the ingest's web page (``GET /``).
 
-One row per occurrence, that is per failure signature of a project: status, operation, the
-failure summary and signature, how many times it was seen (capture batches and OpenTelemetry
-spans), first and last seen (UTC), the service build and commit last seen. Most recently seen
-first, :data:`PAGE_SIZE` rows a page.
+One row per occurrence, that is per distinct failure of an operation of a project (its
+signature and fingerprint: the exception's type and innermost application frame, else the
+status): status, operation, the failure summary and signature, how many times it was seen
+(capture batches and OpenTelemetry spans), first and last seen (UTC), the service build and
+commit last seen. Most recently seen first, :data:`PAGE_SIZE` rows a page.
 
 Query parameters: ``operation`` (exact), ``status`` (an integer), ``project``, ``exception``
 (an exception kind: type and innermost application frame, ``failure_kinds.py``) and ``page``
@@ -244,7 +245,7 @@ def list_html(
             "failing requests appear here.</p>"
         )
     return (
-        "<h1>Occurrences <small>grouped by failure signature, most recently seen first</small>"
+        "<h1>Occurrences <small>one per distinct failure, most recently seen first</small>"
         f"</h1>{_filters(query, facets, kind_facets)}{_pager(query, page, top=True)}{table}"
         f"{_pager(query, page, top=False) if page.items else ''}"
     )

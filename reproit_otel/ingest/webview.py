@@ -448,6 +448,7 @@ def occurrence_html(
     seen += f", {occurrence.trace_count} span(s) only)" if occurrence.trace_count else ")"
     meta = [
         ("signature", f"<code>{text(occurrence.signature)}</code>"),
+        ("failure", f"<code>{text(occurrence.fingerprint)}</code>"),
         ("oracle", text(occurrence.oracle)),
         ("project", text(occurrence.project_id)),
         ("seen", text(seen)),

@@ -14,10 +14,12 @@ at the recorded ``observedAtMs`` so clock-derived values of the replay line up w
 recorded ones. When that span ends, one line goes to the process's real standard error::
 
     REPROIT:REPLAY-USAGE {"dataExchanges":4,"consumed":4,"unused":0,"ambientExchanges":3,
-                          "ambient":5,"beforeRequest":2,"beforeRequestCalls":[...]}
+                          "ambient":5,"beforeRequest":2,"beforeRequestCalls":[...],
+                          "consumedOrder":[0,1,2,3],"unusedCalls":[]}
 
 (one line; the counts of :meth:`~reproit_otel.wire.replay_usage.ReplayUsage.report`).
-``reproit-otel check`` reads it for its verdict and ``--json``.
+``reproit-otel check`` reads it for its verdict and ``--json``: a *fixed* needs every recorded
+data exchange consumed, in order (``consumedOrder``).
 
 Without an SDK ``TracerProvider`` (nothing could see the request arrive) the window is not
 opened: every call is matched strictly from the start, as before.

@@ -397,6 +397,7 @@ class ReplaySession(ConnectionScope):
                         fresh.commit()
                     waiting.popleft()
                     entry.consumed = True
+                    self.usage.note_consumed(self._consumed, entry.index)
                     self._consumed += 1
                     return entry, None
                 expected = self._diverge_locked(protocol, slot[1], shaped)

@@ -14,8 +14,15 @@ One :class:`ReplayUsage` belongs to each :class:`~reproit_otel.wire.replay.Repla
 * the state of the fresh-value rules (:mod:`reproit_otel.wire.fresh`): UUIDs of the input and
   of each recorded response (less those the application had sent first), the recorded→live
   UUID pairs, and both runs' request starts;
+* which data exchanges were consumed, in the order live calls consumed them
+  (:meth:`note_consumed`);
 * :meth:`report`: the counts ``reproit-otel check`` reads (``dataExchanges``, ``consumed``,
-  ``unused``, ``ambientExchanges``, ``ambient``, ``beforeRequest``, ``beforeRequestCalls``).
+  ``unused``, ``ambientExchanges``, ``ambient``, ``beforeRequest``, ``beforeRequestCalls``),
+  ``consumedOrder`` (the recorded positions of the consumed data exchanges, counted among the
+  data exchanges from 0, in the order they were consumed: a replay that reached the recorded
+  failure point by the recorded path reads ``[0, 1, 2, ...]``) and ``unusedCalls`` (the
+  recorded data exchanges no live call consumed, described like ``beforeRequestCalls``, at
+  most :data:`LISTED_CALLS`).
 """
 
 from __future__ import annotations
@@ -27,10 +34,30 @@ from typing import Any, Final, Protocol
 from reproit_otel.wire._js import is_js_integer
 from reproit_otel.wire.fresh import CLOCK_SLACK_MS, FreshMatch, uuids_in
 
-__all__ = ["LISTED_CALLS", "ReplayUsage"]
+__all__ = ["LISTED_CALLS", "ReplayUsage", "describe_call"]
 
 LISTED_CALLS: Final = 32
-"""How many before-request calls :meth:`ReplayUsage.report` lists (all are counted)."""
+"""How many before-request or unused calls :meth:`ReplayUsage.report` lists (all are counted)."""
+_CALL_TEXT: Final = 240
+"""Characters of a statement text or URL kept when a call is described."""
+
+
+def _cut(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > _CALL_TEXT:
+        return value[:_CALL_TEXT] + "..."
+    return value
+
+
+def describe_call(protocol: Any, request: Any) -> dict[str, Any]:
+    """A recorded or live call in a few fields: ``{"protocol", "method", "url"}`` for HTTP,
+    ``{"protocol", "text"}`` for SQL, ``{"protocol", "tool"|"op"|...}`` for the rest."""
+    described: dict[str, Any] = {"protocol": protocol if isinstance(protocol, str) else None}
+    fields = request if isinstance(request, Mapping) else {}
+    for name in ("method", "url", "text", "tool", "op", "address", "port"):
+        value = fields.get(name)
+        if isinstance(value, (str, int)) and not isinstance(value, bool):
+            described[name] = _cut(value)
+    return described
 
 
 class _Entry(Protocol):
@@ -74,6 +101,17 @@ class ReplayUsage:
         self.ambient_calls = 0
         self.before_request = 0
         self.before_request_calls: list[dict[str, Any]] = []
+        # Recorded position (among data exchanges) of each entry, and the consumption order,
+        # allocated here so that noting a consumption under the session's lock allocates
+        # nothing.
+        self._data_position = {
+            entry_index: position
+            for position, entry_index in enumerate(
+                index for index, entry in enumerate(entries) if entry.scope is None
+            )
+        }
+        self._consumed_order: list[int] = [-1] * len(entries)
+        self._consumed_count = 0
 
     # -- the request window
 
@@ -96,6 +134,38 @@ class ReplayUsage:
         self.before_request += 1
         if len(self.before_request_calls) < LISTED_CALLS:
             self.before_request_calls.append(call)
+
+    # -- consumption
+
+    def note_consumed(self, position: int, index: int) -> None:
+        """Data exchange ``index`` (among all entries) was the ``position``-th consumed.
+
+        Called under the session's lock: it stores into a list made at load, nothing else.
+        """
+        if 0 <= position < len(self._consumed_order):
+            self._consumed_order[position] = index
+            if position >= self._consumed_count:
+                self._consumed_count = position + 1
+
+    def consumed_order(self) -> list[int]:
+        """The recorded positions (among data exchanges) of the consumed ones, in order."""
+        order = self._consumed_order[: self._consumed_count]
+        return [self._data_position.get(index, -1) for index in order if index >= 0]
+
+    def unused_calls(self) -> list[dict[str, Any]]:
+        """The data exchanges no live call consumed (at most :data:`LISTED_CALLS`), each
+        described by :func:`describe_call` plus its recorded ``position``."""
+        listed: list[dict[str, Any]] = []
+        for index, entry in enumerate(self._entries):
+            if entry.scope is not None or entry.consumed:
+                continue
+            if len(listed) >= LISTED_CALLS:
+                break
+            exchange = entry.exchange if isinstance(entry.exchange, Mapping) else {}
+            described = describe_call(exchange.get("protocol"), exchange.get("request"))
+            described["position"] = self._data_position.get(index, -1)
+            listed.append(described)
+        return listed
 
     # -- fresh values
 
@@ -156,4 +226,6 @@ class ReplayUsage:
             "ambient": self.ambient_calls,
             "beforeRequest": self.before_request,
             "beforeRequestCalls": list(self.before_request_calls),
+            "consumedOrder": self.consumed_order(),
+            "unusedCalls": self.unused_calls(),
         }

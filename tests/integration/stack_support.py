@@ -152,11 +152,13 @@ class StackRun:
             ],
             cwd=self.workdir,
             env=clean_environ(
-                **self.base_env,
-                OTEL_TRACES_EXPORTER="none",
-                OTEL_METRICS_EXPORTER="none",
-                OTEL_LOGS_EXPORTER="none",
-                **flags,
+                **{
+                    **self.base_env,
+                    "OTEL_TRACES_EXPORTER": "none",
+                    "OTEL_METRICS_EXPORTER": "none",
+                    "OTEL_LOGS_EXPORTER": "none",
+                    **flags,  # may override a setting of the capture (or empty it)
+                }
             ),
             capture_output=True,
             text=True,

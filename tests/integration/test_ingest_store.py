@@ -59,6 +59,7 @@ def test_batches_with_one_signature_group_into_one_occurrence(store: Store) -> N
         last_seen_ms=3000,
         build="1.2.4",
         commit="def456",
+        fingerprint="HTTP 500",
     )
     latest = store.latest_batch(first)
     assert latest is not None
@@ -115,6 +116,7 @@ def test_server_spans_count_on_the_same_occurrence_without_a_capsule(store: Stor
         "lastSeen": "1970-01-01T00:00:00.007Z",
         "build": None,
         "commit": None,
+        "fingerprint": "HTTP 503",
     }
     assert store.latest_batch(result.occurrence_id) is None
 

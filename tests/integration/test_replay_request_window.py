@@ -12,7 +12,13 @@ PostgreSQL and the upstream are stopped and ``reproit-otel check`` replays each 
   data exchange used;
 * the fixed code is *fixed*;
 * a variant that answers 500 before touching anything is not *reproduced*: it used none of
-  the recorded data exchanges, so check says *inconclusive* (exit 3) and why.
+  the recorded data exchanges, so check says *inconclusive* (exit 3) and why;
+* answers that look like success but came before the recorded work are not *fixed*: a login
+  redirect (302), a CSRF-protected form rendered again (200) and the application started
+  without one of its environment variables (200 "not configured") are *inconclusive*, naming
+  the recorded calls never made and the likely reason;
+* a fix that goes on past the old failure point and makes a query production never made is
+  *fixed beyond the recording* (exit 0), naming that query.
 """
 
 from __future__ import annotations
@@ -21,11 +27,12 @@ import sys
 from collections.abc import Iterator, Mapping
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 import psycopg2
 import pytest
 
-from tests.integration.stack_support import Request, Stack, StackRun, run_stack
+from tests.integration.stack_support import Request, Stack, StackRun, dumped, run_stack
 
 APP = Path(__file__).resolve().parent / "apps" / "warm_pool_app.py"
 
@@ -54,6 +61,7 @@ STACK = Stack(
     healthy=Request("GET", "/"),
     failing=lambda identifier, kind: Request("POST", f"/orders/{kind}-{identifier[:8]}"),
     prepare=_prepare,
+    env={"SHOP_CURRENCY": "EUR"},
 )
 
 
@@ -116,3 +124,126 @@ def test_a_500_that_used_none_of_the_recording_is_a_different_failure(run: Stack
         "recorded failure, so this is a different failure (see usage in --json; a boot or "
         "configuration problem of the replay is likely)"
     )
+
+
+# The recorded data exchanges of the order, in order (the pre-ping and the savepoint are
+# connection-scope, so not among them).
+NEVER_MADE = [
+    {"protocol": "pg", "text": "SELECT price FROM wp_items WHERE sku = %(sku)s", "position": 0},
+    {
+        "protocol": "pg",
+        "text": "INSERT INTO wp_orders (id, ref, at) VALUES (%(id)s, %(ref)s, %(at)s)",
+        "position": 1,
+    },
+    {
+        "protocol": "pg",
+        "text": "UPDATE wp_items SET sold = sold + 1 WHERE sku = 'pen'",
+        "position": 2,
+    },
+    {
+        "protocol": "pg",
+        "text": "SELECT count(*) FROM wp_orders WHERE at > %(since)s",
+        "position": 3,
+    },
+]
+CREDENTIALS = (
+    "the replayed request is not logged in as production's was: mint a credential on this "
+    "machine and give it with `check --header 'Name: value'` or `--cookie 'name=value'`"
+)
+
+
+def _never_made(run: StackRun, kind: str) -> list[dict[str, Any]]:
+    upstream = run.base_env["UPSTREAM"]
+    return [
+        *NEVER_MADE,
+        {"protocol": "http", "method": "GET", "url": f"{upstream}/json", "position": 4},
+    ]
+
+
+def _inconclusive_reason(status: int, cause: str) -> str:
+    return (
+        f"the recorded request now answers HTTP {status}, but it used only 0 of the 5 recorded "
+        "data exchanges, so it never reached the recorded failure point (never made: "
+        "pg SELECT price FROM wp_items WHERE sku = %(sku)s; "
+        "pg INSERT INTO wp_orders (id, ref, at) VALUES (%(id)s, %(ref)s, %(at)s); "
+        "pg UPDATE wp_items SET sold = sold + 1 WHERE sku = 'pen' and 2 more); "
+        f"likely: {cause}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "status", "cause"),
+    [
+        pytest.param(
+            {"SHOP_LOGIN_REQUIRED": "1"},
+            302,
+            "it redirected to a login page (/login?next=/orders/{path}): " + CREDENTIALS,
+            id="login-redirect",
+        ),
+        pytest.param(
+            {"SHOP_CSRF": "1"},
+            200,
+            "the form was rendered again (HTTP 200 with none of the recorded data exchanges "
+            "used): the application refused the replayed form, typically its CSRF token or its "
+            "validation; a CSRF token bound to a session needs that session "
+            "(`check --cookie 'name=value'`)",
+            id="csrf-form-rendered-again",
+        ),
+        pytest.param(
+            {"SHOP_CURRENCY": ""},
+            200,
+            "the answer reads like the application's own error page (\"Shop not configured "
+            'SHOP_CURRENCY is not set."): a setting or environment variable production had and '
+            "this run lacks is likely",
+            id="missing-environment-variable",
+        ),
+    ],
+)
+def test_a_success_before_the_recorded_work_is_not_fixed(
+    run: StackRun, flags: dict[str, str], status: int, cause: str
+) -> None:
+    code, result = run.check("warm", **flags)
+    cause = cause.replace("{path}", run.captures["warm"].request.path.rsplit("/", 1)[1])
+    assert (code, result["verdict"], result["observedResult"]["status"]) == (
+        3,
+        "inconclusive",
+        status,
+    ), dumped(result)
+    assert (result["divergences"], result["qualifier"], result["firstNewCall"]) == ([], None, None)
+    assert result["usage"]["consumedOrder"] == []
+    assert result["unusedCalls"] == _never_made(run, "warm") == result["usage"]["unusedCalls"]
+    assert result["likelyCause"] == cause
+    assert result["reason"] == _inconclusive_reason(status, cause)
+
+
+def test_a_fix_that_goes_past_the_old_failure_point_is_fixed_beyond_the_recording(
+    run: StackRun,
+) -> None:
+    code, result = run.check("warm", SHOP_FIXED_MORE="1")
+    new_call = {"protocol": "pg", "text": "SELECT count(*) FROM wp_orders WHERE ref = %(ref)s"}
+    assert (code, result["verdict"], result["qualifier"], result["firstNewCall"]) == (
+        0,
+        "fixed",
+        "beyond the recording",
+        new_call,
+    ), dumped(result)
+    usage = result["usage"]
+    assert (usage["consumedOrder"], usage["unusedCalls"]) == ([0, 1, 2, 3, 4], [])
+    # The new query got the divergence answer, never the (stopped) database.
+    assert [d["got"]["text"] for d in result["divergences"]] == [new_call["text"]]
+    assert result["divergences"][0]["consumed"] == 5
+    assert result["reason"] == (
+        "the replay used all 5 recorded data exchanges in order and did not fail at the "
+        "recorded failure point; then it made 1 call(s) production never made, answered by "
+        "the divergence rule (never live), first: pg SELECT count(*) FROM wp_orders WHERE "
+        "ref = %(ref)s"
+    )
+
+
+def test_a_divergence_before_the_failure_point_stays_diverged(run: StackRun) -> None:
+    # The fix that goes further, but its first query reads another item than production's.
+    code, result = run.check("warm", SHOP_FIXED_MORE="1", SHOP_SKU="pencil")
+    assert (code, result["verdict"], result["qualifier"]) == (3, "diverged", None), dumped(result)
+    first = result["divergences"][0]
+    assert (first["got"]["values"], first["consumed"]) == ({"sku": "pencil"}, 0)
+    assert result["reason"] == "the application made a call the capsule does not hold"

@@ -421,6 +421,8 @@ def test_calls_before_the_request_never_consume_it(
             {"protocol": "http", "method": "GET", "url": f"{upstream.base}/json"},
             {"protocol": "http", "method": "GET", "url": f"{upstream.base}/health"},
         ],
+        "consumedOrder": [0],
+        "unusedCalls": [],
     }
 
 

@@ -164,6 +164,10 @@ RUN_BY: dict[str, str] = {
     # docs/ingest.md, docs/replay.md, docs/compatibility.md, docs/configuration.md
     'reproit-otel list --api-key dev-key --operation "POST /orders" --status 500': FIVE,
     "reproit-otel pull OCC --api-key dev-key -o capsule.json": FIVE,
+    "reproit-otel pull OCC --api-key dev-key --batch 17 -o older.json": (
+        "tests/integration/test_occurrence_fingerprints.py::"
+        "test_a_route_failing_three_ways_is_three_pullable_occurrences"
+    ),
     "reproit-otel pull OCC -o capsule.json": FIVE + " (the same flags, -o failure.json)",
     "OTEL_TRACES_EXPORTER=none OTEL_METRICS_EXPORTER=none OTEL_LOGS_EXPORTER=none reproit-otel "
     'check capsule.json --exec "opentelemetry-instrument python app.py"': FIVE,

@@ -208,6 +208,8 @@ def test_connection_scope_statements_are_answered_and_never_consumed() -> None:
         "ambient": 5,
         "beforeRequest": 0,
         "beforeRequestCalls": [],
+        "consumedOrder": [0],  # the one data exchange: the savepoint is connection-scope
+        "unusedCalls": [],
     }
 
 
@@ -289,3 +291,17 @@ def test_an_unmarked_connection_scope_text_is_a_data_exchange() -> None:
         'REPROIT:DIVERGENCE {"protocol":"pg","got":{"text":"SELECT 1"},'
         '"expected":{"text":"SELECT 42"},"consumed":1,"total":2}',
     ]
+
+
+def test_the_report_says_which_data_exchanges_were_consumed_in_what_order() -> None:
+    session = _session(
+        _effect("SELECT 41"), _marked(_effect("BEGIN")), _effect("SELECT 42"), _effect("SELECT 43")
+    )
+    assert session.match("pg", {"text": "SELECT 43"}) is not None
+    assert session.match("pg", {"text": "SELECT 41"}) is not None
+    report = session.usage.report()
+    # Positions count the data exchanges only (BEGIN is connection-scope).
+    assert (report["consumedOrder"], report["unusedCalls"]) == (
+        [2, 0],
+        [{"protocol": "pg", "text": "SELECT 42", "position": 1}],
+    )

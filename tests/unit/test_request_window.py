@@ -93,7 +93,8 @@ def test_the_request_begins_once_with_the_clock_restarted_and_reports_when_it_en
     assert begun == [START_MS + 5_000.0]
     assert lines == [
         USAGE_MARKER + '{"dataExchanges":1,"consumed":1,"unused":0,"ambientExchanges":0,'
-        '"ambient":0,"beforeRequest":0,"beforeRequestCalls":[]}'
+        '"ambient":0,"beforeRequest":0,"beforeRequestCalls":[],"consumedOrder":[0],'
+        '"unusedCalls":[]}'
     ]
     provider.shutdown()
     assert window.stopped
