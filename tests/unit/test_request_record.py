@@ -187,3 +187,16 @@ def test_an_old_capsule_sends_its_decoded_body_with_stand_ins() -> None:
         ("content-type", "application/json"),
         ("Content-Length", str(len(sent.body))),
     ]
+
+
+def test_an_answer_compressed_for_a_recorded_accept_encoding_is_observed_decoded() -> None:
+    import gzip
+    import zlib
+
+    from reproit_otel.check_request import _decoded
+
+    text = b'{"error": "boom"}'
+    assert _decoded(gzip.compress(text), "gzip") == text
+    assert _decoded(zlib.compress(text), "deflate") == text
+    assert _decoded(text, None) == text
+    assert _decoded(b"not gzip", "gzip") == b"not gzip"
