@@ -11,5 +11,6 @@
 * :mod:`reproit_otel.redaction.text`: free text (exception messages).
 
 The package is pure: no OpenTelemetry import and no I/O. It imports only the JavaScript
-value helpers and the keyed identities (``wire/standins.py``) of the wire core; the wire core, the recorders and the tools import it.
+value helpers and the keyed identities (``wire/standins.py``) of the wire core; the wire
+core, the recorders and the tools import it.
 """
