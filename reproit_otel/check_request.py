@@ -34,6 +34,7 @@ import http.client
 import json
 import re
 import urllib.parse
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -217,9 +218,25 @@ class ReplayRequest:
                 answer_headers.update(
                     (name.lower(), value) for name, value in response.getheaders()
                 )
-            return response.status, response.read()
+            return response.status, _decoded(
+                response.read(), response.getheader("content-encoding")
+            )
         finally:
             connection.close()
+
+
+def _decoded(data: bytes, encoding: str | None) -> bytes:
+    """The answer's body as the application wrote it: a recorded ``Accept-Encoding`` may have
+    asked for gzip or deflate, which the observed body (and its reader) should not see."""
+    if not encoding or encoding.strip().lower() not in ("gzip", "x-gzip", "deflate"):
+        return data
+    try:
+        return zlib.decompress(data, 47)  # 32 + 15: a gzip or a zlib header, told apart
+    except zlib.error:
+        try:
+            return zlib.decompress(data, -15)  # a raw deflate stream
+        except zlib.error:
+            return data
 
 
 def _recorded_body(request: Mapping[str, Any]) -> bytes | None:

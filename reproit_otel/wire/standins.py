@@ -90,6 +90,7 @@ _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}
 _DIGITS = re.compile(r"[0-9]+")
 _HEX = re.compile(r"[0-9a-f]+")
 _ALNUM = re.compile(r"[A-Za-z0-9]+")
+_SCHEMED = re.compile(r"(?:Bearer|Token|Basic|Bot|ApiKey|Key)\s+(\S+)", re.IGNORECASE)
 _BASE64 = re.compile(r"[A-Za-z0-9+/=]+")
 _TOKEN = re.compile(r"[A-Za-z0-9._~+/=-]+")
 
@@ -160,12 +161,17 @@ def placeholder_fields(value: Any) -> dict[str, str]:
     """The extra placeholder body fields for ``value`` while a capture key is set.
 
     ``{"class": ..., "id": ...}`` for a string, ``{"id": ...}`` for a number or boolean (its
-    JSON text is what is keyed), nothing otherwise or without a key.
+    JSON text is what is keyed), nothing otherwise or without a key. A string made of an
+    authorization scheme and a credential (``Bearer abc``) is keyed by the credential alone.
     """
     if _key is None:
         return {}
     if isinstance(value, str):
-        return {CLASS_FIELD: string_class(value), IDENTITY_FIELD: identity(value, _key)}
+        # "Bearer <token>" (an Authorization header redacted whole, as outbound headers are)
+        # is keyed by its credential, so it links with the same token met alone.
+        credential = _SCHEMED.fullmatch(value)
+        keyed = value if credential is None else credential.group(1)
+        return {CLASS_FIELD: string_class(value), IDENTITY_FIELD: identity(keyed, _key)}
     if isinstance(value, bool):
         return {IDENTITY_FIELD: identity("true" if value else "false", _key)}
     if isinstance(value, (int, float)):

@@ -126,7 +126,13 @@ def test_a_failing_checkout_yields_exactly_its_exchanges(
                 "headers": {
                     "accept-encoding": "identity",
                     "host": server.base.removeprefix("http://"),
-                }
+                },
+                "request": {
+                    "headers": [
+                        ["Host", server.base.removeprefix("http://")],
+                        ["Accept-Encoding", "identity"],
+                    ]
+                },
             },
         },
         call(

@@ -181,6 +181,15 @@ ITEMS = Sent(
 )
 
 
+LONG_CHUNKED = Sent(
+    "POST",
+    "/body/long",
+    (("Content-Type", "application/octet-stream"),),
+    bytes(range(256)) * 300,  # 76800 bytes: past what is read ahead for the capture
+    chunked=True,
+)
+
+
 def stack(name: str, serve: tuple[str, ...], **env: str) -> Stack:
     return Stack(
         name=name, cwd=APPS, serve=serve, healthy=Request("GET", "/"), failing=_unused, env=env
@@ -210,7 +219,7 @@ def sent_for(name: str) -> dict[str, Sent]:
     if name == "django":
         del bodies["chunked"]  # Django reads no chunked request body (it needs a length)
     if name == "flask":
-        bodies.update({"greet": GREET, "signup": SIGN_UP, "items": ITEMS})
+        bodies.update({"greet": GREET, "signup": SIGN_UP, "items": ITEMS, "long": LONG_CHUNKED})
     return bodies
 
 
@@ -292,6 +301,15 @@ def test_the_recorded_request_keeps_the_header_lines_and_the_exact_bytes(run: St
     assert base64.b64decode(recorded["bodyBase64"]) == BODIES["latin1"].body
     as_text = start_input(run.captures["json"].capsule)["request"]
     assert as_text["body"] == (BODIES["json"].body or b"").decode()
+
+
+def test_a_long_chunked_body_reaches_the_application_whole(run: StackRun) -> None:
+    """Past 64 KiB the capture keeps no bytes, and the application still reads every one."""
+    _flask_only(run)
+    capture = run.captures["long"]
+    assert (capture.status, json.loads(capture.body)) == (500, _digest(LONG_CHUNKED.body or b""))
+    recorded = start_input(capture.capsule)["request"]
+    assert {k: v for k, v in recorded.items() if k != "headers"} == {"chunked": True}
 
 
 def _flask_only(run: StackRun) -> None:

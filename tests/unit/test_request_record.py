@@ -4,7 +4,9 @@ redaction/multipart.py) and as ``check`` sends it back (check_request.replay_req
 from __future__ import annotations
 
 import base64
+import gzip
 import re
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +14,7 @@ import pytest
 
 from reproit_otel.check_request import (
     RequestOverrides,
+    _decoded,
     parse_cookie_override,
     parse_header_override,
     replay_request,
@@ -187,3 +190,11 @@ def test_an_old_capsule_sends_its_decoded_body_with_stand_ins() -> None:
         ("content-type", "application/json"),
         ("Content-Length", str(len(sent.body))),
     ]
+
+
+def test_an_answer_compressed_for_a_recorded_accept_encoding_is_observed_decoded() -> None:
+    text = b'{"error": "boom"}'
+    assert _decoded(gzip.compress(text), "gzip") == text
+    assert _decoded(zlib.compress(text), "deflate") == text
+    assert _decoded(text, None) == text
+    assert _decoded(b"not gzip", "gzip") == b"not gzip"

@@ -190,3 +190,12 @@ def test_the_matcher_compares_tagged_text_placeholders_without_their_tags() -> N
     assert matches({"body": recorded}, {"body": "user=ada&password=$reproit"})
     assert not matches({"body": recorded}, {"body": "user=bob&password=$reproit"})
     assert not matches({"body": "user=ada"}, {"body": "user=ada&password=$reproit"})
+
+
+def test_a_whole_authorization_value_is_keyed_by_its_credential() -> None:
+    """An outbound ``Authorization`` header is redacted whole; it links with the token."""
+    set_identity_key(KEY)
+    assert standins.placeholder_fields("Bearer tok_ABCdef123")["id"] == identity(
+        "tok_ABCdef123", KEY
+    )
+    assert text_placeholder("tok_ABCdef123").endswith(identity("tok_ABCdef123", KEY))
