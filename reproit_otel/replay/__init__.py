@@ -125,15 +125,19 @@ def install_replay(path: str | os.PathLike[str] | None = None) -> ReplaySession:
     if not target:
         raise ValueError("install_replay needs a capsule path or REPROIT_REPLAY")
     session = load_replay_file(target)
-    activate(session)
-    _pinned = pin_envelope(getattr(session, "envelope", None))
-    for reason in _pinned.skipped:
-        _log.warning("reproit replay: envelope not fully pinned: %s", reason)
-    ReproitReplayInstrumentor().instrument()
-    install_tripwire()
-    operation = session.capsule.get("operation")
-    if isinstance(operation, str) and not operation.startswith(_CI_OPERATION_PREFIX):
-        _open_window(session, operation)
+    try:
+        activate(session)
+        _pinned = pin_envelope(getattr(session, "envelope", None))
+        for reason in _pinned.skipped:
+            _log.warning("reproit replay: envelope not fully pinned: %s", reason)
+        ReproitReplayInstrumentor().instrument()
+        install_tripwire()
+        operation = session.capsule.get("operation")
+        if isinstance(operation, str) and not operation.startswith(_CI_OPERATION_PREFIX):
+            _open_window(session, operation)
+    except BaseException:
+        uninstall_replay()  # all or nothing: a half-armed replay must not serve
+        raise
     if not (isinstance(operation, str) and operation.startswith(_CI_OPERATION_PREFIX)):
         write_stderr_line(replay_marker_line(os.fspath(target), session.total))
     return session
