@@ -30,7 +30,13 @@ from typing import Any
 from reproit_otel.cli.check_text import divergence_lines, exception_lines, verdict_lines
 from reproit_otel.cli.terminal import json_text, say, shown
 from reproit_otel.errors import CapsuleError
-from reproit_otel.verdict import BOOT_TIMEOUT_S, CI_RUN_TIMEOUT_S, CheckResult, check_capsule
+from reproit_otel.verdict import (
+    BOOT_TIMEOUT_S,
+    CI_RUN_TIMEOUT_S,
+    CheckResult,
+    ReplayNotArmedError,
+    check_capsule,
+)
 
 __all__ = ["CAPSULE_FOLDER", "register", "resolve_target", "run"]
 
@@ -196,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             boot_timeout=args.boot_timeout,
         )
-    except CapsuleError as error:
+    except (CapsuleError, ReplayNotArmedError) as error:
         say(f"reproit-otel check: {shown(error)}", file=sys.stderr)
         return 2
     if args.json:

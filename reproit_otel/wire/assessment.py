@@ -67,7 +67,7 @@ def envelope_problem(attributes: object, *, complete: bool = True) -> str | None
             try:
                 parse_seed(seed)
             except ValueError:
-                return "replaySeed must be hexadecimal digits (PROTOCOL 7.7), such as 00ff00ff00ff00ff"
+                return "replaySeed must be hex digits (PROTOCOL 7.7), such as 00ff00ff00ff00ff"
         elif not _is_u64(seed):
             return "replaySeed must be a non-empty string or an unsigned integer"
     if "tz" in attributes:
