@@ -9,7 +9,9 @@ bootstrap then calls :func:`install_replay`, which
 3. installs :class:`ReproitReplayInstrumentor`, which patches ``requests`` and ``psycopg2`` at
    the same seams the recorders use, so a served call still produces its OpenTelemetry span,
 4. installs the network tripwire (:mod:`reproit_otel.replay.tripwire`): any other client's
-   connection to a non-loopback address is refused and reported,
+   connection, datagram or name lookup beyond loopback is refused and reported, and the
+   process guard (:mod:`reproit_otel.replay.child_process`): a child process that would not
+   arm the same replay is refused and reported,
 5. for a production capsule, opens the request window
    (:mod:`reproit_otel.replay.request_window`): calls made before the recorded request
    arrives are answered without consuming the recording, and
@@ -40,6 +42,7 @@ from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
+from reproit_otel.replay.child_process import install_process_guard, uninstall_process_guard
 from reproit_otel.replay.envelope import PinnedEnvelope, pin_envelope
 from reproit_otel.replay.request_window import RequestWindow, open_request_window
 from reproit_otel.replay.session import (
@@ -132,6 +135,7 @@ def install_replay(path: str | os.PathLike[str] | None = None) -> ReplaySession:
             _log.warning("reproit replay: envelope not fully pinned: %s", reason)
         ReproitReplayInstrumentor().instrument()
         install_tripwire()
+        install_process_guard()
         operation = session.capsule.get("operation")
         if isinstance(operation, str) and not operation.startswith(_CI_OPERATION_PREFIX):
             _open_window(session, operation)
@@ -160,6 +164,7 @@ def uninstall_replay() -> None:
     if _window is not None:
         _window.shutdown()
         _window = None
+    uninstall_process_guard()
     uninstall_tripwire()
     ReproitReplayInstrumentor().uninstrument()
     if _pinned is not None:
