@@ -1,4 +1,4 @@
-"""ASGI inbound side: the request's input in, the operation's return at response start.
+"""ASGI inbound side: the request's input in, the operation's return when the response ends.
 
 Usage, with no code change under ``opentelemetry-instrument`` (``reproit_otel.install()``
 patches ``starlette.applications.Starlette.__call__``, which FastAPI inherits, so the

@@ -1,4 +1,4 @@
-"""WSGI inbound side: the request's input in, the operation's return at response start.
+"""WSGI inbound side: the request's input in, the operation's return when the response ends.
 
 Usage, with no code change under ``opentelemetry-instrument`` (``reproit_otel.install()``
 patches ``flask.Flask.__call__`` so every Flask app is wrapped, outside OpenTelemetry's own
@@ -17,20 +17,25 @@ What it does for each request (PROTOCOL 9.1 and 9.2):
 * names the operation ``METHOD /concrete/path`` (``SCRIPT_NAME`` + ``PATH_INFO``);
 * publishes both for the OpenTelemetry server span that starts inside the application call
   (the span processor begins the operation there, see ``capture/processor.py``);
-* holds ``start_response`` until the body completes or exceeds 64 KiB, then finishes the
-  operation with the status and the decoded JSON body (when complete and JSON), and adds
-  ``x-reproit-events`` to the response headers for a trusted scan-time request (D12).
+* passes ``start_response`` and every body chunk on to the server as the application gives
+  them, keeping a copy of the first 64 KiB; when the body ends (or as the application returns
+  a body already in memory) finishes the operation with the status and the decoded JSON body
+  (when complete, at most 64 KiB and JSON);
+* on a trusted scan-time request only (D12), holds the response start until the body
+  completes or exceeds 64 KiB, then adds ``x-reproit-events`` to its headers.
 
-Every other byte is unchanged: the same status line, headers, body chunks in the same order,
-streamed bodies stream (only the first 64 KiB are held back). Requests without an operation
-(reproit-otel off, capture off and no trusted scan header) are passed through untouched. An
-exception from the application finishes the operation with status 500 and is re-raised
-unchanged (and kept on the capture, ``failures.py``). A defect of ours leaves the request
-untraced (``_guard.py``).
+Every byte is unchanged and nothing waits on capture: the same status line, headers and body
+chunks, each sent when the application yields it (server-sent events and endless streams
+included). Requests without an operation (reproit-otel off, capture off and no trusted scan
+header) are passed through untouched. An exception from the application or its body travels
+to the server unchanged (so the server answers exactly as without reproit-otel) and finishes
+the operation with status 500 (the exception is kept on the capture, ``failures.py``). A
+body the server stops reading early (the client left) finishes without output. A defect of
+ours leaves the request untraced (``_guard.py``).
 
-Limits: bodies sent with chunked transfer encoding (no ``CONTENT_LENGTH``) are not read; an
-application that uses the legacy ``write()`` callable gets its response start released at
-the first ``write`` (the output is then unknown, recorded as ``null``).
+Limits: bodies sent with chunked transfer encoding (no ``CONTENT_LENGTH``) are not read; what
+an application sends through the legacy ``write()`` callable is not copied (its output is
+recorded as ``null``).
 """
 
 from __future__ import annotations
