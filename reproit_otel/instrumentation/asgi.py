@@ -22,7 +22,8 @@ What it does for each ``http`` request (PROTOCOL 9.2; other scopes pass through)
   application sends them, keeping a copy of the body (at most 64 KiB); when the last body
   message (``more_body`` false) goes out, finishes the operation with the status and the
   decoded JSON body (when complete and JSON). No response start at all means status 500;
-  an exception from the application means 500 (it propagates unchanged).
+  an exception from the application means 500 (it propagates unchanged), except a
+  cancellation once the start went out (the client left a stream): the status sent.
 * on a trusted scan-time request only (D12), holds the start and the first body messages
   until the body completes or exceeds 64 KiB, so that ``x-reproit-events`` can be appended
   to the start message (a streamed response to a scan request waits for that much).
@@ -35,6 +36,7 @@ untraced (``_guard.py``); the application's exceptions propagate unchanged.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -249,6 +251,9 @@ async def asgi_call(app: ASGIApp, scope: Scope, receive: Receive, send: Send) ->
                     # so the server reacts to the failure exactly as it would have.
                     with contextlib.suppress(Exception):  # the application's exception wins
                         await response.release(complete=False)
+                elif response.released and isinstance(error, asyncio.CancelledError):
+                    with guarded("asgi.finish"):  # the client went away mid-stream
+                        response.finish(complete=False)
                 else:
                     response.finished = True
                     with guarded("asgi.failed"):
