@@ -271,7 +271,12 @@ def test_the_ingest_refuses_a_batch_whose_envelope_cannot_arm(
     url = f"{ingest.base_url}/v1/capture-batches"
     body = json.dumps(with_envelope(built_batch(), **attributes)).encode()
     answer = httpx.post(url, content=body, headers=headers, timeout=60)
-    assert (answer.status_code, answer.json()["rule"]) == (400, "determinism-envelope")
+    refusal = answer.json()["error"]
+    assert (answer.status_code, refusal["rule"], refusal["field"]) == (
+        400,
+        "determinism-envelope",
+        "batch.events[2].event.attributes",
+    )
 
 
 def test_the_ingest_accepts_an_envelope_that_arms(ingest: ServedIngest) -> None:
