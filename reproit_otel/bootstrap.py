@@ -29,7 +29,11 @@ What :func:`install` does (once per provider; a second call returns the same pro
    out of what reproit-otel writes (invoke-boundary fixtures, replay's redaction of live
    calls) knows them, not only the span processor (decision D8);
 2. with ``REPROIT_REPLAY`` set, installs hermetic replay (``reproit_otel.replay``) instead of
-   recording, and stops there;
+   recording, and stops there. Replay fails closed: when it cannot be armed completely
+   (the capsule, its envelope, an instrumentor, the tripwire; or an unusable configuration
+   alongside ``REPROIT_REPLAY``) the process writes why to standard error, with a
+   ``REPROIT:REPLAY-FAILED {"capsule":...,"error":...}`` line, and ends with exit status 78
+   (:data:`REPLAY_FAILED_EXIT`) instead of serving live;
 3. adds :class:`~reproit_otel.capture.processor.ReproitSpanProcessor` to the provider, with the
    uploader as its sink when capture is configured (``REPROIT_ENDPOINT``, ``REPROIT_API_KEY``,
    ``REPROIT_APP_ID``) and the debug dump when ``REPROIT_DEBUG_DUMP`` is set;
@@ -51,13 +55,16 @@ install changes nothing until the pieces it creates are complete.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
+import sys
 import threading
+import traceback
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.trace import ReadableSpan
@@ -74,10 +81,13 @@ from reproit_otel._local_log import install_local_fallback, uninstall_local_fall
 from reproit_otel._stderr import ensure_visible
 from reproit_otel.capture.processor import DebugDumpSink, OperationSink, ReproitSpanProcessor
 from reproit_otel.capture.recording import register_secret_values
-from reproit_otel.config import ReproitConfig, load_config
+from reproit_otel.config import REPROIT_REPLAY, ReproitConfig, load_config
+from reproit_otel.errors import ConfigurationError
 from reproit_otel.wire.standins import set_identity_key
 
 __all__ = [
+    "REPLAY_FAILED_EXIT",
+    "REPLAY_FAILED_MARKER",
     "RecordDroppedSampler",
     "ReproitSpanExporter",
     "install",
@@ -87,6 +97,12 @@ __all__ = [
 ]
 
 _log = logging.getLogger("reproit_otel")
+
+REPLAY_FAILED_MARKER = "REPROIT:REPLAY-FAILED "
+"""The prefix of the line written when replay cannot be armed: ``{"capsule":..,"error":..}``."""
+
+REPLAY_FAILED_EXIT = 78
+"""The exit status of a process whose replay could not be armed (``EX_CONFIG``)."""
 
 # Recorder modules installed when their library is importable.
 _RECORDERS = (
@@ -160,14 +176,38 @@ def _install_replay(config: ReproitConfig) -> None:
         replay = importlib.import_module("reproit_otel.replay")
         replay.install_replay(config.replay)
         _install_error_hooks()
-    except Exception:
-        _log.exception(
-            "reproit-otel could not start replay from REPROIT_REPLAY=%s; "
-            "check that the file is a reproit-backend-capture capsule",
-            config.replay,
-        )
-        raise
+    except Exception as error:
+        _stop_unarmed(str(config.replay), error)
     _replaying = True
+
+
+def _stop_unarmed(capsule: str, error: BaseException) -> NoReturn:
+    """Stop the process: replay was asked for and could not be armed completely.
+
+    Whatever wraps the bootstrap (``opentelemetry-instrument``'s auto-initialisation, which
+    swallows exceptions, a ``sitecustomize``, the application's own code) must not go on to
+    serve live: the application would reach the real database and upstreams. So this writes
+    the traceback, one ``REPROIT:REPLAY-FAILED`` line (``reproit-otel check`` names its
+    ``error`` as the cause) and a sentence saying what to do to file descriptor 2, then ends
+    the process with :data:`REPLAY_FAILED_EXIT` (``os._exit``: no exception handler or exit
+    hook of a wrapper can turn it back into a live run).
+    """
+    from reproit_otel.replay.session import write_stderr_line
+    from reproit_otel.wire.canonical import ordered_json
+
+    cause = f"{type(error).__name__}: {error}"
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    write_stderr_line(text)
+    write_stderr_line(REPLAY_FAILED_MARKER + ordered_json({"capsule": capsule, "error": cause}))
+    write_stderr_line(
+        f"reproit-otel: the replay of REPROIT_REPLAY={capsule} could not be armed ({cause}); "
+        "the application stops instead of running without replay, where it would reach live "
+        "systems. Fix the capsule or the setting and start it again."
+    )
+    os._exit(REPLAY_FAILED_EXIT)
 
 
 def install(
@@ -176,11 +216,15 @@ def install(
     """Install reproit-otel on ``tracer_provider`` (default: the global one). Idempotent.
 
     Returns the span processor, or ``None`` when nothing was installed (disabled, replay
-    mode, or no SDK ``TracerProvider``). Never raises, except that a ``REPROIT_REPLAY``
-    capsule that cannot be loaded is an error: replay must never fall back to live calls.
+    mode, or no SDK ``TracerProvider``). Never raises; but with ``REPROIT_REPLAY`` set, a
+    replay that cannot be armed ends the process (exit 78, see the module doc): replay must
+    never fall back to live calls.
     """
     ensure_visible()  # before load_config, whose warning about a bad setting must be seen
     config = config if config is not None else load_config()
+    if config.problems and os.environ.get(REPROIT_REPLAY):
+        # Replay was asked for; running on without it would run live (fail closed).
+        _stop_unarmed(os.environ[REPROIT_REPLAY], ConfigurationError("; ".join(config.problems)))
     if config.disabled:
         _log.debug("reproit-otel is disabled (%s)", "; ".join(config.problems) or "by setting")
         return None

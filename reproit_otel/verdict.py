@@ -6,9 +6,12 @@ Two paths, chosen by the capsule's operation (PROTOCOL 8.4 and 9.3):
   ``REPROIT_REPLAY`` set and read the ``REPROIT:CI-TEST`` marker the pytest plugin writes.
 * **Production capsules** (operation ``METHOD /path``) boot the application command with
   ``REPROIT_REPLAY`` and ``PORT``, wait for it to answer HTTP, fire the recorded request and
-  judge the response status. The application must also have written the ``REPROIT:REPLAY``
-  line (:func:`reproit_otel.replay.install_replay` does): without it the application never
-  loaded the capsule and ran live, and the verdict is *inconclusive*.
+  judge the response status. The request is fired only once the application has also
+  written the ``REPROIT:REPLAY`` line naming this capsule
+  (:func:`reproit_otel.replay.install_replay` writes it when the replay is armed
+  completely). An application that answers without it runs live, and one that writes
+  ``REPROIT:REPLAY-FAILED`` could not arm: :class:`ReplayNotArmedError`, exit 2, nothing
+  fired.
 
 In both, any ``REPROIT:DIVERGENCE`` line on the application's standard error means the run
 left the recording and the verdict is *diverged*, with one exception for production
@@ -64,7 +67,7 @@ from reproit_otel.check_request import (
     recorded_request,
     replay_request,
 )
-from reproit_otel.errors import CapsuleError
+from reproit_otel.errors import CapsuleError, ReproitError
 from reproit_otel.exception_verdict import (
     judge_exception,
     recorded_exception,
@@ -79,6 +82,7 @@ __all__ = [
     "REQUEST_TIMEOUT_S",
     "CheckResult",
     "Evidence",
+    "ReplayNotArmedError",
     "Verdict",
     "check_capsule",
     "classify_production_run",
@@ -101,6 +105,8 @@ DIVERGENCE_MARKER = "REPROIT:DIVERGENCE "
 CI_TEST_MARKER = "REPROIT:CI-TEST "
 REPLAY_MARKER = "REPROIT:REPLAY "
 """Written by the replayed process once its replay is active (``reproit_otel.replay``)."""
+REPLAY_FAILED_MARKER = "REPROIT:REPLAY-FAILED "
+"""Written by a process that could not arm its replay, before it stops (``bootstrap.py``)."""
 USAGE_MARKER = "REPROIT:REPLAY-USAGE "
 """Written by the replayed process when the recorded request ends (counts of what it used)."""
 TEST_TRIGGER_PREFIX = "test:"
@@ -380,6 +386,49 @@ def replay_markers(lines: list[str]) -> list[dict[str, Any]]:
         if payload is not None:
             found.append(payload)
     return found
+
+
+class ReplayNotArmedError(ReproitError):
+    """The application never armed the replay of the capsule: the request was not fired.
+
+    ``reproit-otel check`` exits 2 with its message (the cause and what to change).
+    """
+
+
+def _armed(lines: list[str], capsule: str) -> bool:
+    """Whether the application wrote the ``REPROIT:REPLAY`` line of ``capsule`` (armed)."""
+    return any(marker.get("capsule") == capsule for marker in replay_markers(lines))
+
+
+def _unarmed_reason(lines: list[str], capsule: str, answered: bool, waited: float) -> str | None:
+    """Why a production replay never armed, or ``None`` when the boot failed otherwise.
+
+    Reads the ``REPROIT:REPLAY-FAILED`` line a process writes before it stops (a bad capsule
+    field, an instrumentor or the tripwire that could not be installed), and the case of an
+    application that answers HTTP without a ``REPROIT:REPLAY`` line for this capsule.
+    """
+    for line in lines:
+        failed = _parse_marker(line, REPLAY_FAILED_MARKER)
+        if failed is not None:
+            return (
+                f"the application could not arm the replay and stopped before serving: "
+                f"{failed.get('error')}; the recorded request was not sent"
+            )
+    if not answered:
+        return None
+    others = sorted({str(m.get("capsule")) for m in replay_markers(lines)} - {capsule})
+    if others:
+        return (
+            f"the application answers HTTP on $PORT but armed the replay of {', '.join(others)}, "
+            f"not of {capsule}; the recorded request was not sent"
+        )
+    return (
+        "the application answers HTTP on $PORT but never reported that replay is armed (no "
+        f"REPROIT:REPLAY line within {waited:g} s): it runs live, without replay. Start it "
+        'under the launcher (--exec "opentelemetry-instrument python app.py") with '
+        "reproit-otel installed where it runs, or call reproit_otel.install() at start-up; "
+        "the recorded request was not sent"
+    )
 
 
 def classify_production_run(
@@ -699,15 +748,20 @@ def _run_hermetic_check(
     answer_headers: dict[str, str] = {}
     status: int | None = None
     reason = ""
+    armed_for = env["REPROIT_REPLAY"]
+    answered = booted = False
     try:
         deadline = time.monotonic() + boot_timeout
-        booted = False
         elsewhere: set[int] = set()
         elsewhere_since: float | None = None
         while time.monotonic() < deadline and process.poll() is None:
             if _answers_http(port):
-                booted = True
-                break
+                answered = True
+                if _armed(pump.lines, armed_for):  # never fire at a process serving live
+                    booted = True
+                    break
+                time.sleep(BOOT_POLL_S)
+                continue
             # Listening on another port only: it will not move to $PORT; after a grace for
             # applications that open a side port (metrics) first, stop waiting.
             elsewhere = listening_ports(process.pid) - {port}
@@ -735,6 +789,10 @@ def _run_hermetic_check(
         _stop(process)
         pump.join(5.0)
         printed.join(5.0)
+    if not booted:
+        unarmed = _unarmed_reason(pump.lines, armed_for, answered, boot_timeout)
+        if unarmed is not None:
+            raise ReplayNotArmedError(unarmed)
     divergences = _divergences(pump.lines)
     markers = replay_markers(pump.lines)
     observed["replay"] = markers[0] if markers else None

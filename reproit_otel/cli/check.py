@@ -48,7 +48,13 @@ from reproit_otel.cli.check_text import (
 )
 from reproit_otel.cli.terminal import json_text, say, shown
 from reproit_otel.errors import CapsuleError
-from reproit_otel.verdict import BOOT_TIMEOUT_S, CI_RUN_TIMEOUT_S, CheckResult, check_capsule
+from reproit_otel.verdict import (
+    BOOT_TIMEOUT_S,
+    CI_RUN_TIMEOUT_S,
+    CheckResult,
+    ReplayNotArmedError,
+    check_capsule,
+)
 
 __all__ = ["CAPSULE_FOLDER", "register", "resolve_target", "run"]
 
@@ -286,7 +292,7 @@ def run(args: argparse.Namespace) -> int:
             boot_timeout=args.boot_timeout,
             overrides=overrides,
         )
-    except CapsuleError as error:
+    except (CapsuleError, ReplayNotArmedError) as error:
         say(f"reproit-otel check: {shown(error)}", file=sys.stderr)
         return 2
     if args.json:

@@ -1,4 +1,4 @@
-"""ASGI inbound side: the request's input in, the operation's return at response start.
+"""ASGI inbound side: the request's input in, the operation's return when the response ends.
 
 Usage, with no code change under ``opentelemetry-instrument`` (``reproit_otel.install()``
 patches ``starlette.applications.Starlette.__call__``, which FastAPI inherits, so the
@@ -20,18 +20,25 @@ What it does for each ``http`` request (PROTOCOL 9.2; other scopes pass through)
 * names the operation ``METHOD /path`` (ASGI ``path``, percent-decoded);
 * publishes both for the server span that starts inside the application call, through a
   context variable (the span processor begins the operation, ``capture/processor.py``);
-* holds ``http.response.start`` and the first body messages until the body completes or
-  exceeds 64 KiB, then finishes the operation with the status and the decoded JSON body
-  (when complete and JSON) and appends ``x-reproit-events`` to the held start message on a
-  trusted scan-time request (D12). No response start at all means status 500.
+* passes ``http.response.start`` and every ``http.response.body`` message on as the
+  application sends them, keeping a copy of the body (at most 64 KiB); when the last body
+  message (``more_body`` false) goes out, finishes the operation with the status and the
+  decoded JSON body (when complete and JSON). No response start at all means status 500;
+  an exception from the application means 500 (it propagates unchanged), except a
+  cancellation once the start went out (the client left a stream): the status sent.
+* on a trusted scan-time request only (D12), holds the start and the first body messages
+  until the body completes or exceeds 64 KiB, so that ``x-reproit-events`` can be appended
+  to the start message (a streamed response to a scan request waits for that much).
 
-Every other byte and message boundary is unchanged, streaming responses included. Requests
+Every byte and message boundary is unchanged, and nothing waits on capture: server-sent
+events and token streams arrive as the application sends them. Requests
 without an operation are passed through untouched, and a defect of ours leaves the request
 untraced (``_guard.py``); the application's exceptions propagate unchanged.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, MutableMapping
 from functools import partial
@@ -154,66 +161,92 @@ async def _read_request(receive: Receive) -> tuple[list[Message], bytes | None]:
 
 
 class _Response:
-    """Holds the response start and first body messages of one request."""
+    """One request's response messages: passed on as the application sends them, with a
+    bounded copy of the body kept for the output; a trusted scan request's start and first
+    body messages are held until the body completes or passes 64 KiB (its events header)."""
 
     def __init__(self, inbound: InboundRequest, send: Send) -> None:
         self.inbound = inbound
         self.send = send
         self.start: Message | None = None
         self.held: list[Message] = []
+        self.copy: list[bytes] | None = []
         self.size = 0
-        self.released = False
+        self.released = False  # the start went to the server
+        self.finished = False  # the operation's return is pushed
 
     def finish(self, *, complete: bool) -> None:
         operation = self.inbound.operation
-        if operation is None:
+        if operation is None or self.finished:
             return
+        self.finished = True
         start = self.start
         status = start.get("status") if start is not None else 500
         output: Any = None
-        if complete and start is not None:
+        if complete and start is not None and self.copy is not None:
             content_type = None
             for raw_name, raw_value in start.get("headers") or ():
                 if bytes(raw_name).lower() == b"content-type":
                     content_type = bytes(raw_value).decode("latin-1")
-            body = b"".join(bytes(m.get("body") or b"") for m in self.held)
-            decoded = decode_json_body(body, content_type)
+            decoded = decode_json_body(b"".join(self.copy), content_type)
             output = None if decoded is UNSET else decoded
         operation.finish(status if isinstance(status, int) else None, output)
-        header = operation.header()
-        if header is not None and start is not None:
+        header = operation.header() if operation.scan else None
+        if header is not None and start is not None and not self.released:
             start["headers"] = [*(start.get("headers") or ()), (EVENTS_HEADER, header.encode())]
 
     async def release(self, *, complete: bool) -> None:
-        self.released = True
+        """Finish the operation and send the held start and body messages (a scan request)."""
         with guarded("asgi.finish"):
             self.finish(complete=complete)
+        self.released = True
         messages = ([self.start] if self.start is not None else []) + self.held
-        self.start, self.held = None, []
+        self.held = []
         for message in messages:
             await self.send(message)
 
+    def _keep(self, message: Message) -> bool:
+        """Copy a body message (bounded); True when it is the last one."""
+        body = message.get("body") or b""
+        self.size += len(body)
+        if self.copy is not None:
+            if self.size > MAX_INBOUND_BODY:
+                self.copy = None  # too large to be an output: the copy stops here
+            else:
+                self.copy.append(bytes(body))
+        return not message.get("more_body", False)
+
     async def __call__(self, message: Message) -> None:
-        if self.released or self.inbound.operation is None:
-            if not self.released and self.start is not None:
+        operation = self.inbound.operation
+        if operation is None or self.finished:
+            if self.held or (self.start is not None and not self.released):
                 await self.release(complete=False)
-            self.released = True
             await self.send(message)
             return
         kind = message.get("type")
         if kind == "http.response.start" and self.start is None:
             self.start = message
+            if not operation.scan:
+                self.released = True
+                await self.send(message)  # goes out as the application sends it
             return
         if kind == "http.response.body" and self.start is not None:
+            last = self._keep(message)
+            if self.released:
+                if last:
+                    with guarded("asgi.finish"):
+                        self.finish(complete=True)
+                await self.send(message)
+                return
             self.held.append(message)
-            self.size += len(message.get("body") or b"")
-            if not message.get("more_body", False):
+            if last:
                 await self.release(complete=True)
             elif self.size > MAX_INBOUND_BODY:
                 await self.release(complete=False)
             return
         # Anything else (trailers, pathsend, a second start) goes out after what is held.
-        await self.release(complete=False)
+        if not self.released:
+            await self.release(complete=False)
         await self.send(message)
 
 
@@ -247,18 +280,26 @@ async def asgi_call(app: ASGIApp, scope: Scope, receive: Receive, send: Send) ->
             await app(scope, app_receive, response)
         except BaseException as error:
             note_exception(error, inbound.operation_name)
-            if not response.released and inbound.operation is not None:
-                if response.start is not None:
+            if not response.finished and inbound.operation is not None:
+                if response.start is not None and not response.released:
                     # Without us the start would already be on the wire: send what is held
                     # so the server reacts to the failure exactly as it would have.
                     with contextlib.suppress(Exception):  # the application's exception wins
                         await response.release(complete=False)
+                elif response.released and isinstance(error, asyncio.CancelledError):
+                    with guarded("asgi.finish"):  # the client went away mid-stream
+                        response.finish(complete=False)
                 else:
+                    response.finished = True
                     with guarded("asgi.failed"):
                         inbound.operation.finish(500, None)
             raise
-        if not response.released and inbound.operation is not None:
-            await response.release(complete=response.start is None)
+        if not response.finished and inbound.operation is not None:
+            if response.start is not None and not response.released:
+                await response.release(complete=False)
+            else:
+                with guarded("asgi.finish"):
+                    response.finish(complete=False)  # no start (500), or no last body
 
 
 class ReproitASGIMiddleware:

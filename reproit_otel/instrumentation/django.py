@@ -16,8 +16,8 @@ a Flask or Starlette request gets (``wsgi.py``, ``asgi.py``): the JSON or form b
 concrete path and query, the headers, and at the response start the status and the JSON
 output. Nothing in ``settings.py``, ``wsgi.py`` or ``asgi.py`` changes. A WSGI
 ``HttpResponse`` keeps its body in memory, so its operation finishes as the handler returns
-and the server gets the response object itself; a streaming response is held like any other
-body (its first 64 KiB).
+and the server gets the response object itself; a streaming response goes out chunk by
+chunk like any other body (a copy of its first 64 KiB is kept).
 
 Limits: subclasses of the handlers that override ``__call__`` without calling it (rare) are
 not wrapped; a project that wraps the handler in WSGI/ASGI middleware of its own keeps it

@@ -1,4 +1,4 @@
-"""WSGI inbound side: the request's input in, the operation's return at response start.
+"""WSGI inbound side: the request's input in, the operation's return when the response ends.
 
 Usage, with no code change under ``opentelemetry-instrument`` (``reproit_otel.install()``
 patches ``flask.Flask.__call__`` so every Flask app is wrapped, outside OpenTelemetry's own
@@ -20,22 +20,27 @@ What it does for each request (PROTOCOL 9.1 and 9.2):
 * names the operation ``METHOD /concrete/path`` (``SCRIPT_NAME`` + ``PATH_INFO``);
 * publishes both for the OpenTelemetry server span that starts inside the application call
   (the span processor begins the operation there, see ``capture/processor.py``);
-* holds ``start_response`` until the body completes or exceeds 64 KiB, then finishes the
-  operation with the status and the decoded JSON body (when complete and JSON), and adds
-  ``x-reproit-events`` to the response headers for a trusted scan-time request (D12).
+* passes ``start_response`` and every body chunk on to the server as the application gives
+  them, keeping a copy of the first 64 KiB; when the body ends (or as the application returns
+  a body already in memory) finishes the operation with the status and the decoded JSON body
+  (when complete, at most 64 KiB and JSON);
+* on a trusted scan-time request only (D12), holds the response start until the body
+  completes or exceeds 64 KiB, then adds ``x-reproit-events`` to its headers.
 
-Every other byte is unchanged: the same status line, headers, body chunks in the same order,
-streamed bodies stream (only the first 64 KiB are held back). Requests without an operation
-(reproit-otel off, capture off and no trusted scan header) are passed through untouched. An
-exception from the application finishes the operation with status 500 and is re-raised
-unchanged (and kept on the capture, ``failures.py``). A defect of ours leaves the request
-untraced (``_guard.py``).
+Every byte is unchanged and nothing waits on capture: the same status line, headers and body
+chunks, each sent when the application yields it (server-sent events and endless streams
+included). Requests without an operation (reproit-otel off, capture off and no trusted scan
+header) are passed through untouched. An exception from the application or its body travels
+to the server unchanged (so the server answers exactly as without reproit-otel) and finishes
+the operation with status 500 (the exception is kept on the capture, ``failures.py``). A
+body the server stops reading early (the client left) finishes without output. A defect of
+ours leaves the request untraced (``_guard.py``).
 
 Limits: a chunked body is read only when the server says it ends the stream
 (``wsgi.input_terminated``: gunicorn, werkzeug); WSGI keeps neither the case nor the order of
-header names beyond its environ, so names are recorded capitalised (``Accept-Language``); an
-application that uses the legacy ``write()`` callable gets its response start released at
-the first ``write`` (the output is then unknown, recorded as ``null``).
+header names beyond its environ, so names are recorded capitalised (``Accept-Language``); what
+an application sends through the legacy ``write()`` callable is not copied (its output is
+recorded as ``null``).
 """
 
 from __future__ import annotations
@@ -247,8 +252,9 @@ def _content_type(headers: list[tuple[str, str]]) -> str | None:
 
 
 class _WSGIRequest(InboundRequest):
-    """One WSGI request: what the span processor reads, the response start held for it, and
-    the body handed to the server (its first 64 KiB held until the start is released).
+    """One WSGI request: what the span processor reads, the response start and body passed
+    on as the application gives them (a bounded copy kept), and for a trusted scan request
+    the response start held for the ``x-reproit-events`` header.
 
     One object per request, so a healthy request pays for one object and few calls.
     """
@@ -258,6 +264,7 @@ class _WSGIRequest(InboundRequest):
         "closed",
         "environ",
         "exc_info",
+        "finished",
         "headers",
         "passthrough",
         "released",
@@ -291,7 +298,8 @@ class _WSGIRequest(InboundRequest):
         self.status: str | None = None
         self.headers: list[tuple[str, str]] = []
         self.exc_info: ExcInfo | None = None
-        self.released = False
+        self.released = False  # the response start went to the server
+        self.finished = False  # the operation's return is pushed
         self.passthrough = False
         self.body: Iterable[bytes] = ()
         self.closed = False
@@ -304,51 +312,68 @@ class _WSGIRequest(InboundRequest):
     def hold(
         self, status: str, headers: list[tuple[str, str]], exc_info: ExcInfo | None = None
     ) -> Callable[[bytes], object]:
-        """The ``start_response`` the application calls."""
-        if self.released or self.passthrough or self.operation is None:
-            # Nothing to finish (or an error page after the start was sent): pass through.
+        """The ``start_response`` the application calls.
+
+        Passed on to the server at once, except on a trusted scan request whose operation is
+        still open: that start is held until the body completes or passes 64 KiB, so the
+        ``x-reproit-events`` header can carry the return event.
+        """
+        operation = self.operation
+        if operation is None:
             self.passthrough = not self.released
-            self.released = True
-            if exc_info is not None:
-                write = self.start_response(status, headers, exc_info)
-            else:
-                write = self.start_response(status, headers)
-            self.server_write = write
-            return write
-        self.status, self.headers, self.exc_info = status, headers, exc_info
-        return self._write
+        elif not self.finished:
+            if operation.scan and not self.released:
+                self.status, self.headers, self.exc_info = status, headers, exc_info
+                return self._write
+            # The latest start is the one the server sends (an error page replaces it).
+            self.status, self.headers = status, headers
+        self.released = True
+        if exc_info is not None:
+            write = self.start_response(status, headers, exc_info)
+        else:
+            write = self.start_response(status, headers)
+        self.server_write = write
+        return write
 
     def _write(self, data: bytes) -> object:
-        # Legacy write(): the body goes out now, so the start must go out first (once).
+        # Legacy write() on a held start: the body goes out now, so the start must go first.
         write = self.server_write
         if write is None:
             write = self.release(None, complete=False)
         return write(data)
 
-    def release(self, body: bytes | None, *, complete: bool) -> Callable[[bytes], object]:
-        """Finish the operation (with the decoded JSON ``body`` as its output when
-        ``complete``) and send the held response start, with ``x-reproit-events`` added for a
-        trusted scan request (once)."""
-        self.released = True
+    def finish(self, body: bytes | None, *, complete: bool) -> list[tuple[str, str]]:
+        """Push the operation's return (once): the status, and the decoded JSON ``body`` as
+        its output when ``complete``. Returns the response headers, with ``x-reproit-events``
+        added for a trusted scan request."""
         headers = self.headers
         operation = self.operation
-        if operation is not None and self.status is not None:
+        if operation is None or self.status is None or self.finished:
+            return headers
+        self.finished = True
+        try:
             try:
-                try:
-                    status = _STATUS_CODES[self.status]
-                except KeyError:
-                    status = _status_code(self.status)
-                if complete and body is not None:
-                    # Decoded only if the operation's events are wanted (a failure, a scan).
-                    operation.finish(status, output_factory=partial(_output, body, headers))
-                else:
-                    operation.finish(status, None)
-                if operation.scan:
-                    header = operation.header()
-                    if header is not None:
-                        headers = [*headers, (EVENTS_HEADER, header)]
-            except Exception as exc:
-                absorb("wsgi.finish", exc)
+                status = _STATUS_CODES[self.status]
+            except KeyError:
+                status = _status_code(self.status)
+            if complete and body is not None:
+                # Decoded only if the operation's events are wanted (a failure, a scan).
+                operation.finish(status, output_factory=partial(_output, body, headers))
+            else:
+                operation.finish(status, None)
+            if operation.scan:
+                header = operation.header()
+                if header is not None:
+                    headers = [*headers, (EVENTS_HEADER, header)]
+        except Exception as exc:
+            absorb("wsgi.finish", exc)
+        return headers
+
+    def release(self, body: bytes | None, *, complete: bool) -> Callable[[bytes], object]:
+        """Finish the operation and send the held response start (a scan request's), with
+        ``x-reproit-events`` added."""
+        self.released = True
+        headers = self.finish(body, complete=complete)
         if self.exc_info is not None:
             write = self.start_response(self.status, headers, self.exc_info)
         else:
@@ -357,35 +382,51 @@ class _WSGIRequest(InboundRequest):
         return write
 
     def failed(self) -> None:
-        """The application raised before the response started: the operation returns 500."""
+        """The application (or its body) raised: the operation returns 500 (the exception
+        itself travels on unchanged; the server answers as it would without us)."""
         operation = self.operation
-        if operation is not None and not self.released:
+        if operation is not None and not self.finished:
+            self.finished = True
             with guarded("wsgi.failed"):
                 operation.finish(500, None)
 
     def __iter__(self) -> Iterator[bytes]:
-        # The application's body, held until it completes or passes 64 KiB.
+        # Each chunk goes out as the application yields it; what is kept is a bounded copy.
+        # Only a held scan start keeps chunks back, until the body completes or passes 64 KiB.
         held: list[bytes] = []
+        copy: list[bytes] | None = []
         size = 0
         try:
             for chunk in self.body:
-                if self.released:
-                    yield from held
-                    held = []
-                    yield chunk
-                    continue
-                held.append(chunk)
                 size += len(chunk)
-                if size > MAX_INBOUND_BODY:
-                    self.release(None, complete=False)
+                if copy is not None:
+                    if size > MAX_INBOUND_BODY:
+                        copy = None  # too large to be an output: the copy stops here
+                    else:
+                        copy.append(chunk)
+                if not self.released:
+                    held.append(chunk)
+                    if size > MAX_INBOUND_BODY:
+                        self.release(None, complete=False)
+                        yield from held
+                        held = []
+                    continue
+                if held:
                     yield from held
                     held = []
+                yield chunk
+        except GeneratorExit:
+            self.finish(None, complete=False)  # the server stopped reading (client gone)
+            raise
         except BaseException as error:
             note_exception(error, self.operation_name)
             self.failed()
             raise
+        whole = None if copy is None else b"".join(copy)
         if not self.released:
-            self.release(b"".join(held), complete=True)
+            self.release(whole, complete=True)
+        else:
+            self.finish(whole, complete=whole is not None)
         yield from held
 
     def close(self) -> None:
@@ -393,6 +434,9 @@ class _WSGIRequest(InboundRequest):
         if self.closed:
             return
         self.closed = True
+        if self.released and not self.finished:
+            with guarded("wsgi.close"):
+                self.finish(None, complete=False)  # ended before the body did
         try:
             close = self.body.close  # type: ignore[attr-defined]
         except AttributeError:
@@ -442,8 +486,8 @@ def wsgi_call(
             reset_inbound(token)
         except ValueError:  # not in the context that published it: clear instead
             publish_inbound(None)
-    if request.released or request.operation is None:
-        # Passed through, or a legacy write() already sent the start.
+    if request.operation is None or request.passthrough or request.finished:
+        # Nothing to finish, or a legacy write() already finished it.
         return body
     data: bytes | None = None
     if isinstance(body, (list, tuple)):
@@ -457,10 +501,11 @@ def wsgi_call(
         request.body = body
         return request
     # Already in memory: finish now and hand back the very same object.
-    if len(data) > MAX_INBOUND_BODY:
-        request.release(None, complete=False)
+    whole = None if len(data) > MAX_INBOUND_BODY else data
+    if request.released:
+        request.finish(whole, complete=whole is not None)
     else:
-        request.release(data, complete=True)
+        request.release(whole, complete=whole is not None)
     return body
 
 

@@ -11,7 +11,9 @@ bootstrap then calls :func:`install_replay`, which
    and patches the credential checks (``instrumentation/credentials.py``) so that a signed
    session, CSRF token or JWT is answered with the outcome production's check recorded,
 4. installs the network tripwire (:mod:`reproit_otel.replay.tripwire`): any other client's
-   connection to a non-loopback address is refused and reported,
+   connection, datagram or name lookup beyond loopback is refused and reported, and the
+   process guard (:mod:`reproit_otel.replay.child_process`): a child process that would not
+   arm the same replay is refused and reported,
 5. for a production capsule, opens the request window
    (:mod:`reproit_otel.replay.request_window`): calls made before the recorded request
    arrives are answered without consuming the recording, and
@@ -42,6 +44,7 @@ from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
+from reproit_otel.replay.child_process import install_process_guard, uninstall_process_guard
 from reproit_otel.replay.envelope import PinnedEnvelope, pin_envelope
 from reproit_otel.replay.request_window import RequestWindow, open_request_window
 from reproit_otel.replay.session import (
@@ -127,16 +130,21 @@ def install_replay(path: str | os.PathLike[str] | None = None) -> ReplaySession:
     if not target:
         raise ValueError("install_replay needs a capsule path or REPROIT_REPLAY")
     session = load_replay_file(target)
-    activate(session)
-    _pinned = pin_envelope(getattr(session, "envelope", None))
-    for reason in _pinned.skipped:
-        _log.warning("reproit replay: envelope not fully pinned: %s", reason)
-    ReproitReplayInstrumentor().instrument()
-    _install_credential_checks()
-    install_tripwire()
-    operation = session.capsule.get("operation")
-    if isinstance(operation, str) and not operation.startswith(_CI_OPERATION_PREFIX):
-        _open_window(session, operation)
+    try:
+        activate(session)
+        _pinned = pin_envelope(getattr(session, "envelope", None))
+        for reason in _pinned.skipped:
+            _log.warning("reproit replay: envelope not fully pinned: %s", reason)
+        ReproitReplayInstrumentor().instrument()
+        _install_credential_checks()
+        install_tripwire()
+        install_process_guard()
+        operation = session.capsule.get("operation")
+        if isinstance(operation, str) and not operation.startswith(_CI_OPERATION_PREFIX):
+            _open_window(session, operation)
+    except BaseException:
+        uninstall_replay()  # all or nothing: a half-armed replay must not serve
+        raise
     if not (isinstance(operation, str) and operation.startswith(_CI_OPERATION_PREFIX)):
         write_stderr_line(replay_marker_line(os.fspath(target), session.total))
     return session
@@ -168,6 +176,7 @@ def uninstall_replay() -> None:
     if _window is not None:
         _window.shutdown()
         _window = None
+    uninstall_process_guard()
     uninstall_tripwire()
     importlib.import_module("reproit_otel.instrumentation.credentials").uninstall_credentials()
     ReproitReplayInstrumentor().uninstrument()

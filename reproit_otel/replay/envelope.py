@@ -23,7 +23,10 @@ What is pinned, from the capsule's top-level ``envelope``:
 :meth:`PinnedEnvelope.restart_clock` starts the clock again at ``observedAtMs`` when the
 recorded request begins (``reproit_otel.replay.request_window``).
 
-A field that is absent or unusable is not pinned; :func:`pin_envelope` reports what it did.
+An absent field is not pinned. An unusable one (a ``tz`` holding a NUL, a seed that is not
+hexadecimal, a clock beyond year 9999) is an error: :func:`pin_envelope` raises and the
+replay does not arm (the capsule loader refuses such a capsule first). A seed given as an
+integer is not pinned; :func:`pin_envelope` reports what it skipped.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from reproit_otel.errors import CapsuleError
+from reproit_otel.wire.assessment import envelope_problem
 from reproit_otel.wire.rng import ReplayRNG
 
 __all__ = ["PinnedEnvelope", "pin_envelope"]
@@ -235,10 +240,26 @@ def _private_telemetry_ids(pinned: PinnedEnvelope) -> None:
 
 
 def pin_envelope(envelope: Mapping[str, Any] | None) -> PinnedEnvelope:
-    """Pin time zone, wall clock and :mod:`random` from a capsule ``envelope``."""
+    """Pin time zone, wall clock and :mod:`random` from a capsule ``envelope``.
+
+    Raises :class:`~reproit_otel.errors.CapsuleError` for an envelope that breaks
+    :func:`~reproit_otel.wire.assessment.envelope_problem` (nothing is pinned then).
+    """
     pinned = PinnedEnvelope()
-    if not isinstance(envelope, Mapping):
+    if envelope is None:
         return pinned
+    problem = envelope_problem(envelope, complete=False)
+    if problem is not None:
+        raise CapsuleError(f"capsule envelope: {problem}; replay cannot pin it")
+    try:
+        _pin_fields(envelope, pinned)
+    except BaseException:
+        pinned.restore()  # all or nothing
+        raise
+    return pinned
+
+
+def _pin_fields(envelope: Any, pinned: PinnedEnvelope) -> None:
     tz = envelope.get("tz")
     if isinstance(tz, str) and tz.strip():
         _pin_tz(tz, pinned)
@@ -252,4 +273,5 @@ def pin_envelope(envelope: Mapping[str, Any] | None) -> PinnedEnvelope:
     seed = envelope.get("replaySeed")
     if isinstance(seed, str) and seed:
         _pin_random(seed, pinned)
-    return pinned
+    elif seed is not None:
+        pinned.skipped.append("random: an integer replaySeed is not pinned (PROTOCOL 7.7)")

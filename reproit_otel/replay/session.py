@@ -38,7 +38,7 @@ from reproit_otel.config import REPROIT_SECRET_VALUES, read_setting
 from reproit_otel.errors import CapsuleError, ConfigurationError
 from reproit_otel.wire._js import has_lone_surrogate
 from reproit_otel.wire._jsparse import js_json_parse
-from reproit_otel.wire.capsule import capsule_from_batch
+from reproit_otel.wire.capsule import capsule_from_batch, validate_capsule
 from reproit_otel.wire.replay import ReplaySession, live_redactor
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
@@ -68,8 +68,9 @@ def read_capsule_file(path: str | os.PathLike[str]) -> dict[str, Any]:
 
     The file is parsed with ``JSON.parse`` rules (no ``NaN``, any nesting depth). Raises
     :class:`~reproit_otel.errors.CapsuleError` when the file is missing, is not UTF-8 JSON,
-    holds a lone surrogate escape, or holds neither a capsule nor a batch that projects to one.
-    The capsule's own fields are checked by whoever uses it.
+    holds a lone surrogate escape, holds neither a capsule nor a batch that projects to one, or
+    fails :func:`~reproit_otel.wire.capsule.validate_capsule` with ``strict=False`` (format,
+    version, events, and an envelope replay can pin). Stricter checks are the caller's.
     """
     file = Path(path)
     try:
@@ -99,6 +100,10 @@ def read_capsule_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         document = capsule
     if not isinstance(document, dict):
         raise CapsuleError(f"{file} does not hold a JSON object")
+    try:
+        validate_capsule(document, strict=False)  # the envelope replay pins, among others
+    except CapsuleError as error:
+        raise CapsuleError(f"{file}: {error}") from None
     return document
 
 

@@ -61,6 +61,7 @@ from typing import Any
 from reproit_otel.replay.session import active_session, note_quiet_refusal, report_divergence
 
 __all__ = [
+    "DNS_PROTOCOL",
     "TRIPWIRE_PROTOCOL",
     "install_tripwire",
     "is_local_address",
@@ -69,7 +70,9 @@ __all__ = [
 ]
 
 TRIPWIRE_PROTOCOL = "socket"
-"""The ``protocol`` of the DIVERGENCE line a refused connection writes."""
+"""The ``protocol`` of the DIVERGENCE line a refused connection or datagram writes."""
+DNS_PROTOCOL = "dns"
+"""The ``protocol`` of the DIVERGENCE line a refused name lookup writes."""
 
 _INET_FAMILIES = (socket.AF_INET, socket.AF_INET6)
 _LOCAL_NAMES = ("localhost", "localhost.", "localhost.localdomain")
@@ -119,26 +122,47 @@ def _suppressed() -> bool:
     return is_suppressed()
 
 
+def _diverged(protocol: str, got: dict[str, Any]) -> bool:
+    """Report one refused attempt: a DIVERGENCE line, or quietly for telemetry traffic.
+
+    Returns whether it was telemetry traffic (made under ``suppress_instrumentation``).
+    """
+    if _suppressed():
+        note_quiet_refusal()
+        return True
+    session = active_session()
+    if session is not None:
+        line = session.diverge(protocol, got)
+        if session.on_divergence is None:  # a session with a callback reports it itself
+            report_divergence(line)
+    return False
+
+
 def _refusal(host: Any, port: Any, family: str) -> ConnectionRefusedError:
     """Report the refused attempt (a DIVERGENCE line, or quietly) and build its exception."""
     shown = host.decode("ascii", "replace") if isinstance(host, bytes) else host
-    if _suppressed():
-        note_quiet_refusal()
+    if _diverged(TRIPWIRE_PROTOCOL, {"address": shown, "port": port, "family": family}):
         return ConnectionRefusedError(
             errno.ECONNREFUSED,
             f"reproit replay refused telemetry traffic to {shown}:{port}; "
             "nothing leaves a replayed process",
         )
-    session = active_session()
-    if session is not None:
-        got = {"address": shown, "port": port, "family": family}
-        line = session.diverge(TRIPWIRE_PROTOCOL, got)
-        if session.on_divergence is None:  # a session with a callback reports it itself
-            report_divergence(line)
     return ConnectionRefusedError(
         errno.ECONNREFUSED,
         f"reproit replay refused a connection to {shown}:{port}: the capsule does not serve "
         "this client, and a replay never reaches a live system",
+    )
+
+
+def _resolution_refusal(name: Any) -> socket.gaierror:
+    """Report a refused name lookup and build its exception (``EAI_NONAME``)."""
+    shown = name.decode("ascii", "replace") if isinstance(name, bytes) else str(name)
+    quiet = _diverged(DNS_PROTOCOL, {"name": shown})
+    what = "telemetry traffic" if quiet else "the application"
+    return socket.gaierror(
+        socket.EAI_NONAME,
+        f"reproit replay refused to resolve {shown!r} for {what}: a replay never asks a name "
+        "server (only loopback names and IP literals resolve)",
     )
 
 
@@ -199,11 +223,137 @@ def _patched_loop_create_connection(original: Callable[..., Any]) -> Callable[..
     return create_connection
 
 
+def _send_target(sock: socket.socket, address: Any) -> tuple[Any, Any, str] | None:
+    """Like :func:`_refused_target` for a datagram or a ``MSG_FASTOPEN`` send to ``address``."""
+    if sock.family == _AF_PACKET:
+        return ("link layer", None, "AF_PACKET")  # a raw frame never stays on this machine
+    return _refused_target(sock, address)
+
+
+def _patched_sendto(original: Callable[..., Any]) -> Callable[..., Any]:
+    def sendto(self: socket.socket, data: Any, *args: Any) -> Any:
+        # sendto(data, address) or sendto(data, flags, address) (MSG_FASTOPEN among flags)
+        target = _send_target(self, args[-1] if args else None)
+        if target is not None:
+            raise _refusal(*target)
+        return original(self, data, *args)
+
+    sendto.__reproit_tripwire__ = True  # type: ignore[attr-defined]
+    return sendto
+
+
+def _patched_sendmsg(original: Callable[..., Any]) -> Callable[..., Any]:
+    def sendmsg(self: socket.socket, buffers: Any, *args: Any) -> Any:
+        # sendmsg(buffers[, ancdata[, flags[, address]]])
+        address = args[2] if len(args) > 2 else None
+        target = _send_target(self, address) if address is not None else None
+        if target is None and self.family == _AF_PACKET:
+            target = _send_target(self, None)
+        if target is not None:
+            raise _refusal(*target)
+        return original(self, buffers, *args)
+
+    sendmsg.__reproit_tripwire__ = True  # type: ignore[attr-defined]
+    return sendmsg
+
+
+def _patched_packet_send(original: Callable[..., Any]) -> Callable[..., Any]:
+    def send(self: socket.socket, *args: Any, **kwargs: Any) -> Any:
+        if self.family == _AF_PACKET:
+            raise _refusal(*_send_target(self, None))  # type: ignore[misc]
+        return original(self, *args, **kwargs)
+
+    send.__reproit_tripwire__ = True  # type: ignore[attr-defined]
+    return send
+
+
+def _patched_datagram_endpoint(original: Callable[..., Any]) -> Callable[..., Any]:
+    async def create_datagram_endpoint(
+        self: Any,
+        protocol_factory: Any,
+        local_addr: Any = None,
+        remote_addr: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        if isinstance(remote_addr, tuple) and len(remote_addr) >= 2:
+            host, port = remote_addr[0], remote_addr[1]
+            if not is_local_address(host):
+                raise _refusal(host, port, _family_of(host))
+        return await original(self, protocol_factory, local_addr, remote_addr, **kwargs)
+
+    create_datagram_endpoint.__reproit_tripwire__ = True  # type: ignore[attr-defined]
+    return create_datagram_endpoint
+
+
+def _own_name(host: str) -> bool:
+    """This machine's own host name (``socket.getfqdn`` of a server bound to 0.0.0.0 asks)."""
+    try:
+        return host.strip().lower().rstrip(".") == socket.gethostname().lower().rstrip(".")
+    except OSError:
+        return False
+
+
+def _resolvable(host: Any) -> bool:
+    """Whether looking ``host`` up needs no name server: a loopback name, this machine's
+    name, or an IP literal."""
+    if host is None or is_local_address(host):
+        return True
+    if isinstance(host, bytes):
+        host = host.decode("ascii", "replace")
+    if not isinstance(host, str):
+        return True  # not a name: the resolver itself refuses it
+    if _own_name(host):
+        return True
+    literal = host.strip().removeprefix("[").removesuffix("]").split("%", 1)[0]
+    try:
+        ipaddress.ip_address(literal)
+    except ValueError:
+        return False
+    return True
+
+
+def _patched_lookup(original: Callable[..., Any]) -> Callable[..., Any]:
+    def lookup(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if not _resolvable(host):
+            raise _resolution_refusal(host)
+        return original(host, *args, **kwargs)
+
+    lookup.__reproit_tripwire__ = True  # type: ignore[attr-defined]
+    return lookup
+
+
+def _patched_reverse_lookup(original: Callable[..., Any]) -> Callable[..., Any]:
+    def reverse_lookup(address: Any, *args: Any, **kwargs: Any) -> Any:
+        host = address[0] if isinstance(address, tuple) and address else address
+        if not is_local_address(host) and not (isinstance(host, str) and _own_name(host)):
+            raise _resolution_refusal(host)  # any reverse lookup but loopback asks DNS
+        return original(address, *args, **kwargs)
+
+    reverse_lookup.__reproit_tripwire__ = True  # type: ignore[attr-defined]
+    return reverse_lookup
+
+
+_AF_PACKET: Any = getattr(socket, "AF_PACKET", object())
+
 _PATCHES: tuple[tuple[Any, str, Callable[[Callable[..., Any]], Callable[..., Any]]], ...] = (
     (socket.socket, "connect", _patched_connect),
     (socket.socket, "connect_ex", _patched_connect_ex),
+    (socket.socket, "sendto", _patched_sendto),
+    (socket.socket, "sendmsg", _patched_sendmsg),
+    (socket.socket, "send", _patched_packet_send),
+    (socket.socket, "sendall", _patched_packet_send),
     (socket, "create_connection", _patched_create_connection),
+    (socket, "getaddrinfo", _patched_lookup),
+    (socket, "gethostbyname", _patched_lookup),
+    (socket, "gethostbyname_ex", _patched_lookup),
+    (socket, "gethostbyaddr", _patched_reverse_lookup),
+    (socket, "getnameinfo", _patched_reverse_lookup),
     (asyncio.base_events.BaseEventLoop, "create_connection", _patched_loop_create_connection),
+    (
+        asyncio.base_events.BaseEventLoop,
+        "create_datagram_endpoint",
+        _patched_datagram_endpoint,
+    ),
 )
 
 

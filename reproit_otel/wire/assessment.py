@@ -7,14 +7,20 @@ batch must already satisfy the schema (the function indexes it without checking)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
 from .batch_vocabulary import AMBIGUOUS_EFFECTS, STATE_KINDS, TRIGGER_KINDS, BatchProblem
+from .rng import parse_seed
 
-__all__ = ["assess_capture_batch"]
+__all__ = ["MAX_OBSERVED_AT_MS", "assess_capture_batch", "envelope_problem"]
 
 _MAX_SEED_BYTES: Final = 128
+_TZ: Final = re.compile(r"[\x21-\x7e]{1,255}")
+
+MAX_OBSERVED_AT_MS: Final = 253_402_300_799_999
+"""The last millisecond of year 9999 (UTC): the latest instant replay can pin the clock to."""
 _U64_MAX: Final = 2**64 - 1
 
 
@@ -22,21 +28,56 @@ def _is_u64(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _U64_MAX
 
 
-def _envelope_problem(attributes: object) -> str | None:
+def _arming_number(value: object) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and 0 <= value <= MAX_OBSERVED_AT_MS  # NaN and infinities fail both comparisons
+    )
+
+
+def envelope_problem(attributes: object, *, complete: bool = True) -> str | None:
+    """What keeps a determinism envelope from arming a replay, or ``None`` when it can.
+
+    The one rule for the fields replay pins (``replay/envelope.py``): ``observedAtMs`` an
+    integer from 0 to the end of year 9999 in epoch milliseconds (a capsule may also hold a
+    finite number in that range), ``replaySeed`` a non-empty string of at most 128 bytes that
+    parses as a replay seed (hex digits, PROTOCOL 7.7) or an unsigned 64-bit integer, ``tz``
+    absent or 1 to 255 printable ASCII characters with no space (``TZ`` syntax: a zone name
+    such as ``Europe/Paris`` or a POSIX rule; never a NUL or a control character, which
+    ``time.tzset`` cannot take). ``complete`` demands ``observedAtMs`` and ``replaySeed``
+    (a capture batch's checkpoint, PROTOCOL 5.8); a capsule's envelope may leave any field
+    out, and replay pins only what it holds.
+    """
     if not isinstance(attributes, Mapping):
         return "the attributes must be an object"
-    observed = attributes.get("observedAtMs")
-    if not _is_u64(observed):
-        return "observedAtMs must be an integer of at least 0"
-    seed = attributes.get("replaySeed")
-    if isinstance(seed, str):
-        if not seed or len(seed.encode("utf-8", "surrogatepass")) > _MAX_SEED_BYTES:
-            return "replaySeed must be a non-empty string of at most 128 bytes"
-    elif not _is_u64(seed):
-        return "replaySeed must be a non-empty string or an unsigned integer"
-    tz = attributes.get("tz")
-    if "tz" in attributes and not (isinstance(tz, str) and tz.strip()):
-        return "tz must be absent or a non-blank string"
+    if complete or "observedAtMs" in attributes:
+        observed = attributes.get("observedAtMs")
+        whole = _is_u64(observed) and observed <= MAX_OBSERVED_AT_MS  # type: ignore[operator]
+        if not (whole or (not complete and _arming_number(observed))):
+            return (
+                "observedAtMs must be an integer of at least 0 and at most "
+                f"{MAX_OBSERVED_AT_MS} (the end of year 9999)"
+            )
+    if complete or "replaySeed" in attributes:
+        seed = attributes.get("replaySeed")
+        if isinstance(seed, str):
+            if not seed or len(seed.encode("utf-8", "surrogatepass")) > _MAX_SEED_BYTES:
+                return "replaySeed must be a non-empty string of at most 128 bytes"
+            try:
+                parse_seed(seed)
+            except ValueError:
+                return "replaySeed must be hex digits (PROTOCOL 7.7), such as 00ff00ff00ff00ff"
+        elif not _is_u64(seed):
+            return "replaySeed must be a non-empty string or an unsigned integer"
+    if "tz" in attributes:
+        tz = attributes.get("tz")
+        if not (isinstance(tz, str) and _TZ.fullmatch(tz)):
+            shown = repr(tz)[:80]
+            return (
+                f"tz must be absent or 1 to 255 printable ASCII characters without spaces "
+                f"(a zone name such as Europe/Paris); got {shown}"
+            )
     return None
 
 
@@ -70,7 +111,7 @@ def assess_capture_batch(batch: Mapping[str, Any]) -> list[BatchProblem]:
         )
     seen: set[str] = set()
     envelope_ok = False
-    envelope_problem: tuple[int, str] | None = None
+    envelope_failure: tuple[int, str] | None = None
     has_trigger = False
     for index, captured in enumerate(events):
         body = captured["event"]
@@ -135,11 +176,12 @@ def assess_capture_batch(batch: Mapping[str, Any]) -> list[BatchProblem]:
                 )
             )
         elif kind == "checkpoint" and body["name"] == "determinism-envelope":
-            problem = _envelope_problem(body.get("attributes"))
+            # Every envelope checkpoint must arm: replay pins the first one it finds.
+            problem = envelope_problem(body.get("attributes"))
             if problem is None:
                 envelope_ok = True
-            elif envelope_problem is None:
-                envelope_problem = (index, problem)
+            elif envelope_failure is None:
+                envelope_failure = (index, problem)
         elif kind == "defect":
             problems.append(
                 BatchProblem("defect-event", where, "the batch reports a capture defect")
@@ -148,15 +190,15 @@ def assess_capture_batch(batch: Mapping[str, Any]) -> list[BatchProblem]:
         problems.append(
             BatchProblem("no-trigger", "batch.events", "no event says what started the failure")
         )
-    if not envelope_ok:
-        if envelope_problem is None:
+    if envelope_failure is not None or not envelope_ok:
+        if envelope_failure is None:
             problems.append(
                 BatchProblem(
                     "determinism-envelope", "batch.events", "no determinism-envelope checkpoint"
                 )
             )
         else:
-            index, message = envelope_problem
+            index, message = envelope_failure
             problems.append(
                 BatchProblem(
                     "determinism-envelope", f"batch.events[{index}].event.attributes", message

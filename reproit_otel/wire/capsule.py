@@ -21,6 +21,10 @@ Two strengths:
 ``strict=False``
     what the replayers need: the format, the version and a list of event objects.
 
+Both refuse an ``envelope`` replay could not pin (a NUL or a control character in ``tz``, a
+clock beyond year 9999, a seed that is not hexadecimal: :func:`~reproit_otel.wire.assessment.
+envelope_problem`, the rule the ingest applies to a batch's ``determinism-envelope``).
+
 :func:`capsule_from_batch` inverts a ``capture-batch-v1`` into a capsule (section 5.9) and
 :func:`capsule_text` writes one: canonical JSON, to be stored as UTF-8 without a byte order
 mark and without a trailing newline (:func:`capsule_bytes`).
@@ -36,6 +40,7 @@ from typing import Any, Final
 from reproit_otel.errors import CapsuleError
 
 from ._js import UNSET, is_unset
+from .assessment import envelope_problem
 from .canonical import canonical_json
 
 __all__ = [
@@ -240,6 +245,7 @@ def validate_capsule(obj: object, *, strict: bool = True) -> dict[str, Any]:
         raise CapsuleError(
             f'the capsule\'s "events" is {_json_kind(events)}; expected an array of trace events'
         )
+    _check_envelope(obj.get("envelope", UNSET))
     if not strict:
         for index, event in enumerate(events):
             if not isinstance(event, Mapping):
@@ -252,10 +258,18 @@ def validate_capsule(obj: object, *, strict: bool = True) -> dict[str, Any]:
         raise CapsuleError("capsule has no events; a capture holds at least its start event")
     for index, event in enumerate(events):
         _check_event(event, f"events[{index}]")
-    envelope = obj.get("envelope", UNSET)
-    if not is_unset(envelope) and not isinstance(envelope, Mapping):
-        raise CapsuleError("capsule envelope must be an object when present")
     return obj
+
+
+def _check_envelope(envelope: object) -> None:
+    """Refuse an envelope replay could not pin (the rule of the ingest, ``envelope_problem``)."""
+    if is_unset(envelope):
+        return
+    if not isinstance(envelope, Mapping):
+        raise CapsuleError("capsule envelope must be an object when present")
+    problem = envelope_problem(envelope, complete=False)
+    if problem is not None:
+        raise CapsuleError(f"capsule envelope: {problem}; replay cannot pin it")
 
 
 def load_capsule(source: str | bytes | os.PathLike[str], *, strict: bool = True) -> dict[str, Any]:

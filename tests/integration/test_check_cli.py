@@ -180,24 +180,37 @@ def test_an_unusable_capsule_is_exit_2(tmp_path: Path, content: str, message: st
     ), line
 
 
-def test_an_application_that_never_loaded_the_capsule_is_inconclusive(tmp_path: Path) -> None:
-    # A live server answering 500 would read as "reproduced" without the REPROIT:REPLAY proof.
+def test_an_application_that_never_armed_the_replay_is_never_sent_the_request(
+    tmp_path: Path,
+) -> None:
+    # A live server answering 500 must not read as "reproduced", nor see the request at all.
     capsule = recorded_capsule()
     path = tmp_path / "capsule.json"
     path.write_text(json.dumps(capsule), encoding="utf-8")
+    hits = tmp_path / "hits.txt"
     app = tmp_path / "live_app.py"
-    app.write_text(LIVE_APP, encoding="utf-8")
-    done = check(tmp_path, str(path), "--exec", f"{sys.executable} {app}", "--json")
-    result = json.loads(done.stdout)
-    assert (done.returncode, result["verdict"], result["observedResult"]) == (
-        3,
-        "inconclusive",
-        {
-            "request": {"method": "GET", "target": "/quote"},
-            "status": 500,
-            "body": "no",
-            "bodyBytes": 2,
-            "replay": None,
-        },
+    app.write_text(
+        LIVE_APP.replace(
+            "    def do_GET(self):\n",
+            "    def do_GET(self):\n"
+            "        with open(os.environ['HITS'], 'a') as log:\n"
+            "            log.write(self.command + ' ' + self.path + '\\n')\n",
+        ),
+        encoding="utf-8",
     )
-    assert result["reason"].startswith("the application never loaded the capsule: ")
+    done = check(
+        tmp_path,
+        str(path),
+        "--exec",
+        f"{sys.executable} {app}",
+        "--json",
+        "--boot-timeout",
+        "3",
+        HITS=str(hits),
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith(
+        "reproit-otel check: the application answers HTTP on $PORT but never reported that "
+        "replay is armed (no REPROIT:REPLAY line within 3 s): it runs live, without replay."
+    )
+    assert set(hits.read_text(encoding="utf-8").splitlines()) == {"GET /"}  # probes only

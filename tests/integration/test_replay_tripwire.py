@@ -11,7 +11,10 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import os
 import socket
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -206,23 +209,42 @@ def test_telemetry_traffic_is_refused_quietly(
 
 
 def test_uninstall_restores_every_patched_function_exactly(capsule_path: Path) -> None:
-    before = (
-        "connect" in vars(socket.socket),
-        "connect_ex" in vars(socket.socket),
-        socket.create_connection,
-        asyncio.base_events.BaseEventLoop.create_connection,
-    )
+    import _posixsubprocess
+
+    def patched() -> tuple[Any, ...]:
+        return (
+            *(name in vars(socket.socket) for name in ("connect", "connect_ex", "sendto")),
+            *(name in vars(socket.socket) for name in ("sendmsg", "send", "sendall")),
+            socket.create_connection,
+            socket.getaddrinfo,
+            socket.gethostbyname,
+            socket.gethostbyname_ex,
+            socket.gethostbyaddr,
+            socket.getnameinfo,
+            asyncio.base_events.BaseEventLoop.create_connection,
+            asyncio.base_events.BaseEventLoop.create_datagram_endpoint,
+            subprocess.Popen.__init__,
+            _posixsubprocess.fork_exec,
+            os.system,
+            os.execv,
+            os.execve,
+            os.posix_spawn,
+            os.posix_spawnp,
+            os.spawnv,
+            os.spawnve,
+            os.spawnvp,
+            os.spawnvpe,
+        )
+
+    before = patched()
     install_replay(capsule_path)
     assert tripwire_installed()
+    during = patched()
     uninstall_replay()
     assert not tripwire_installed()
-    after = (
-        "connect" in vars(socket.socket),
-        "connect_ex" in vars(socket.socket),
-        socket.create_connection,
-        asyncio.base_events.BaseEventLoop.create_connection,
-    )
-    assert after == before
+    assert patched() == before
+    assert during[:6] == (True,) * 6  # each socket method wrapped on socket.socket itself
+    assert [a is b for a, b in zip(during[6:], before[6:], strict=True)] == [False] * 19
     assert active_session() is None
 
 
@@ -251,3 +273,233 @@ def test_uninstall_restores_every_patched_function_exactly(capsule_path: Path) -
 )
 def test_is_local_address(host: Any, local: bool) -> None:
     assert is_local_address(host) is local
+
+
+# --- every other egress: datagrams, raw frames, name lookups, child processes -----------------
+
+
+def dns_line(name: str, consumed: int = 0) -> str:
+    return (
+        f'REPROIT:DIVERGENCE {{"protocol":"dns","got":{{"name":{json.dumps(name)}}},'
+        f'"expected":null,"consumed":{consumed},"total":1}}'
+    )
+
+
+def process_line(program: str) -> str:
+    return (
+        f'REPROIT:DIVERGENCE {{"protocol":"process","got":{{"program":{json.dumps(program)}}},'
+        '"expected":null,"consumed":0,"total":1}'
+    )
+
+
+@pytest.fixture
+def egress_replay(
+    capsule_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> Iterator[Path]:
+    """A replay over stand-ins that fail the test if a datagram or a lookup got through."""
+    real_sendto, real_sendmsg = socket.socket.sendto, socket.socket.sendmsg
+    real_getaddrinfo, real_gethostbyname = socket.getaddrinfo, socket.gethostbyname
+
+    def leaving(address: Any) -> bool:
+        return isinstance(address, tuple) and bool(address) and not is_local_address(address[0])
+
+    def sendto(self: socket.socket, data: Any, *args: Any) -> Any:
+        if leaving(args[-1]):
+            raise NoTraffic(f"a datagram to {args[-1]} was about to leave the process")
+        return real_sendto(self, data, *args)
+
+    def sendmsg(self: socket.socket, buffers: Any, *args: Any) -> Any:
+        if len(args) > 2 and leaving(args[2]):
+            raise NoTraffic(f"a message to {args[2]} was about to leave the process")
+        return real_sendmsg(self, buffers, *args)
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host not in (None, "localhost", "127.0.0.1", "::1"):
+            raise NoTraffic(f"{host!r} was about to be resolved")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    def gethostbyname(host: Any) -> Any:
+        if host not in ("localhost", "127.0.0.1"):
+            raise NoTraffic(f"{host!r} was about to be resolved")
+        return real_gethostbyname(host)
+
+    monkeypatch.setattr(socket.socket, "sendto", sendto)
+    monkeypatch.setattr(socket.socket, "sendmsg", sendmsg)
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(socket, "gethostbyname", gethostbyname)
+    install_replay(capsule_path)
+    try:
+        yield capsule_path
+    finally:
+        uninstall_replay()
+
+
+def test_datagrams_beyond_loopback_are_refused_with_one_line_each(
+    egress_replay: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    stderr_lines(capfd)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+        with pytest.raises(ConnectionRefusedError) as by_sendto:
+            udp.sendto(b"statsd:1|c", ("192.0.2.10", 8125))
+        with pytest.raises(ConnectionRefusedError):
+            udp.sendto(b"query", 0, ("198.51.100.53", 53))
+        with pytest.raises(ConnectionRefusedError):
+            udp.sendmsg([b"syslog"], [], 0, ("203.0.113.4", 514))
+    fastopen = getattr(socket, "MSG_FASTOPEN", 0x20000000)
+    with socket.socket() as tcp, pytest.raises(ConnectionRefusedError):
+        tcp.sendto(b"GET / HTTP/1.0\r\n\r\n", fastopen, ("192.0.2.80", 80))
+    assert by_sendto.value.strerror == (
+        "reproit replay refused a connection to 192.0.2.10:8125: the capsule does not serve "
+        "this client, and a replay never reaches a live system"
+    )
+    assert stderr_lines(capfd) == [
+        socket_line("192.0.2.10", 8125, "AF_INET"),
+        socket_line("198.51.100.53", 53, "AF_INET"),
+        socket_line("203.0.113.4", 514, "AF_INET"),
+        socket_line("192.0.2.80", 80, "AF_INET"),
+    ]
+
+
+def test_asyncio_datagram_endpoints_beyond_loopback_are_refused(
+    egress_replay: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    stderr_lines(capfd)
+    errors: list[BaseException] = []
+
+    class Protocol(asyncio.DatagramProtocol):
+        def error_received(self, exc: Exception) -> None:
+            errors.append(exc)
+
+    async def send() -> None:
+        loop = asyncio.get_running_loop()
+        with pytest.raises(ConnectionRefusedError):
+            await loop.create_datagram_endpoint(Protocol, remote_addr=("192.0.2.20", 9))
+        transport, _ = await loop.create_datagram_endpoint(Protocol, local_addr=("127.0.0.1", 0))
+        try:
+            transport.sendto(b"metric", ("192.0.2.21", 9))
+            await asyncio.sleep(0)
+        finally:
+            transport.close()
+
+    asyncio.run(send())
+    assert [type(error) for error in errors] == [ConnectionRefusedError]
+    assert stderr_lines(capfd) == [
+        socket_line("192.0.2.20", 9, "AF_INET"),
+        socket_line("192.0.2.21", 9, "AF_INET"),
+    ]
+
+
+def test_loopback_datagrams_still_flow(
+    egress_replay: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    stderr_lines(capfd)
+    with (
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as receiver,
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender,
+    ):
+        receiver.bind(("127.0.0.1", 0))
+        receiver.settimeout(5)
+        sender.sendto(b"local", receiver.getsockname())
+        assert receiver.recvfrom(64)[0] == b"local"
+    assert stderr_lines(capfd) == []
+
+
+def test_name_lookups_beyond_loopback_are_refused(
+    egress_replay: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    stderr_lines(capfd)
+    with pytest.raises(socket.gaierror) as by_getaddrinfo:
+        socket.getaddrinfo("db.example.com", 5432)
+    with pytest.raises(socket.gaierror):
+        socket.gethostbyname("api.example.com")
+    with pytest.raises(socket.gaierror):
+        socket.gethostbyaddr("192.0.2.30")
+
+    async def resolve() -> None:
+        await asyncio.get_running_loop().getaddrinfo("cache.example.com", 6379)
+
+    with pytest.raises(socket.gaierror):
+        asyncio.run(resolve())
+    assert (by_getaddrinfo.value.errno, by_getaddrinfo.value.strerror) == (
+        socket.EAI_NONAME,
+        "reproit replay refused to resolve 'db.example.com' for the application: a replay "
+        "never asks a name server (only loopback names and IP literals resolve)",
+    )
+    assert stderr_lines(capfd) == [
+        dns_line("db.example.com"),
+        dns_line("api.example.com"),
+        dns_line("192.0.2.30"),
+        dns_line("cache.example.com"),
+    ]
+    # Loopback names and IP literals need no name server.
+    assert socket.getaddrinfo("localhost", 80, type=socket.SOCK_STREAM)
+    assert socket.gethostbyname("localhost") == "127.0.0.1"
+    assert socket.getaddrinfo("127.0.0.1", 80)[0][4] == ("127.0.0.1", 80)
+    assert stderr_lines(capfd) == []
+
+
+def test_child_processes_that_would_not_arm_the_replay_are_refused(
+    egress_replay: Path, capfd: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    stderr_lines(capfd)
+    ran = tmp_path / "ran"
+    shell = f"touch {ran}"
+    with pytest.raises(PermissionError) as by_popen:
+        subprocess.run(["sh", "-c", shell], check=False)
+    with pytest.raises(PermissionError):
+        subprocess.run(shell, shell=True, check=False)
+    with pytest.raises(PermissionError):
+        subprocess.run([sys.executable, "-c", f"open({str(ran)!r}, 'w')"], check=False)
+    with pytest.raises(PermissionError):
+        os.system(shell)
+    with pytest.raises(PermissionError):
+        os.posix_spawnp("sh", ["sh", "-c", shell], dict(os.environ))
+    with pytest.raises(PermissionError):
+        os.spawnlp(os.P_WAIT, "sh", "sh", "-c", shell)
+    assert not ran.exists()
+    assert by_popen.value.strerror == (
+        "reproit replay refused to start 'sh': a child process that does not arm the same "
+        "replay (this Python under opentelemetry-instrument, with REPROIT_REPLAY) could reach "
+        "live systems"
+    )
+    python = Path(sys.executable).name
+    assert stderr_lines(capfd) == [
+        process_line("sh"),
+        process_line("sh"),
+        process_line(python),
+        process_line("sh"),
+        process_line("sh"),
+        process_line("sh"),
+    ]
+
+
+def test_a_python_child_under_the_launcher_inherits_the_replay(
+    egress_replay: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The child runs opentelemetry-instrument's sitecustomize, which arms the same replay in
+    # it (tripwire included) or stops it: its own REPROIT:REPLAY line says it is armed.
+    from opentelemetry.instrumentation import auto_instrumentation
+
+    stderr_lines(capfd)
+    monkeypatch.setenv("REPROIT_REPLAY", str(egress_replay))
+    child_env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+        "PYTHONPATH": os.path.dirname(auto_instrumentation.__file__),
+        "OTEL_TRACES_EXPORTER": "none",
+        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_LOGS_EXPORTER": "none",
+    }
+    program = "import socket; print(getattr(socket.socket.connect, '__reproit_tripwire__', False))"
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        env=child_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (0, "True\n")
+    assert (
+        f'REPROIT:REPLAY {{"capsule":"{egress_replay}","exchanges":1}}' in done.stderr.splitlines()
+    )
+    assert stderr_lines(capfd) == []

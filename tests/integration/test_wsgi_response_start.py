@@ -4,11 +4,12 @@ Each case runs a plain WSGI application under OpenTelemetry's WSGI middleware (s
 span processor begins an operation) and reproit-otel's middleware outside it, and drives it
 as a WSGI server does: call the application, iterate the body, close it. One log records, in
 order, what the application did and what the server saw (``start_response``, ``write()``,
-each chunk, ``close``), so the assertions pin when the response start goes out: held until
-the body completes or passes 64 KiB, released at the first legacy ``write()``, handed over
-with its ``exc_info``, or passed straight through when nothing is captured. The operation's
+each chunk, ``close``), so the assertions pin when the response start and each chunk go out:
+as the application gives them (capture keeps a bounded copy and finishes the operation when
+the body ends), except on a trusted scan request, whose start is held until the body
+completes or passes 64 KiB so that it can carry ``x-reproit-events``. The operation's
 ``return`` event shows what was finished (status, output). Byte identity through a real
-server is checked by ``test_pipeline_flask.py``.
+server is checked by ``test_pipeline_flask.py``, streaming by ``test_streaming.py``.
 """
 
 from __future__ import annotations
@@ -103,7 +104,9 @@ def raised_error(active: Pipeline) -> tuple[int, str, str]:
     return event["status"], error["type"], error["message"]
 
 
-def test_a_list_body_releases_the_start_before_the_call_returns(active: Pipeline) -> None:
+def test_a_list_body_passes_the_start_on_and_finishes_as_the_call_returns(
+    active: Pipeline,
+) -> None:
     def make(log: Log) -> App:
         def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
             start_response("500 INTERNAL SERVER ERROR", JSON)
@@ -113,8 +116,8 @@ def test_a_list_body_releases_the_start_before_the_call_returns(active: Pipeline
         return app
 
     assert serve(active, make, spanned=True) == [
-        "app started",
         ("start", "500 INTERNAL SERVER ERROR", JSON, False),
+        "app started",
         "returned",
         ("chunk", b'{"a":'),
         ("chunk", b"1}"),
@@ -122,7 +125,9 @@ def test_a_list_body_releases_the_start_before_the_call_returns(active: Pipeline
     assert returned(active) == {"kind": "return", "status": 500, "output": {"a": 1}}
 
 
-def test_a_generator_body_holds_the_start_until_it_completes(active: Pipeline) -> None:
+def test_a_generator_body_goes_out_chunk_by_chunk_and_keeps_its_output(
+    active: Pipeline,
+) -> None:
     def make(log: Log) -> App:
         def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
             start_response("503 SERVICE UNAVAILABLE", JSON)
@@ -140,19 +145,19 @@ def test_a_generator_body_holds_the_start_until_it_completes(active: Pipeline) -
         return app
 
     assert serve(active, make) == [
+        ("start", "503 SERVICE UNAVAILABLE", JSON, False),
         "returned",
         ("app yields", b'{"b":'),
-        ("app yields", b"[1,2]}"),
-        "app body closed",
-        ("start", "503 SERVICE UNAVAILABLE", JSON, False),
         ("chunk", b'{"b":'),
+        ("app yields", b"[1,2]}"),
         ("chunk", b"[1,2]}"),
+        "app body closed",
         "closed",
     ]
     assert returned(active) == {"kind": "return", "status": 503, "output": {"b": [1, 2]}}
 
 
-def test_a_body_past_64_kib_releases_the_start_and_then_streams(active: Pipeline) -> None:
+def test_a_body_past_64_kib_streams_and_finishes_without_output(active: Pipeline) -> None:
     def make(log: Log) -> App:
         def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
             start_response("500 INTERNAL SERVER ERROR", JSON)
@@ -167,11 +172,11 @@ def test_a_body_past_64_kib_releases_the_start_and_then_streams(active: Pipeline
         return app
 
     assert serve(active, make) == [
+        ("start", "500 INTERNAL SERVER ERROR", JSON, False),
         "returned",
         ("app yields", 0),
-        ("app yields", 1),
-        ("start", "500 INTERNAL SERVER ERROR", JSON, False),
         ("chunk", KIB40),
+        ("app yields", 1),
         ("chunk", KIB40),
         ("app yields", 2),
         ("chunk", KIB40),
@@ -197,7 +202,7 @@ def test_a_list_body_past_64_kib_finishes_without_output(active: Pipeline) -> No
     assert returned(active) == {"kind": "return", "status": 500, "output": None}
 
 
-def test_legacy_write_sends_the_start_once_at_the_first_write(active: Pipeline) -> None:
+def test_legacy_write_goes_out_as_it_is_called(active: Pipeline) -> None:
     def make(log: Log) -> App:
         def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
             write = start_response("500 INTERNAL SERVER ERROR", JSON)
@@ -209,8 +214,8 @@ def test_legacy_write_sends_the_start_once_at_the_first_write(active: Pipeline) 
         return app
 
     assert serve(active, make) == [
-        "app writes",
         ("start", "500 INTERNAL SERVER ERROR", JSON, False),
+        "app writes",
         ("write", b'{"c":'),
         ("write", b"3}"),
         "returned",
@@ -220,7 +225,7 @@ def test_legacy_write_sends_the_start_once_at_the_first_write(active: Pipeline) 
     assert returned(active) == {"kind": "return", "status": 500, "output": None}
 
 
-def test_an_error_page_replaces_the_held_start_with_its_exc_info(active: Pipeline) -> None:
+def test_an_error_page_start_goes_on_with_its_exc_info(active: Pipeline) -> None:
     def make(log: Log) -> App:
         def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
             start_response("200 OK", JSON)
@@ -233,8 +238,9 @@ def test_an_error_page_replaces_the_held_start_with_its_exc_info(active: Pipelin
         return app
 
     assert serve(active, make) == [
-        "returned",
+        ("start", "200 OK", JSON, False),
         ("start", "502 BAD GATEWAY", [("Content-Type", "text/plain")], True),
+        "returned",
         ("chunk", b"gateway"),
         "closed",
     ]
@@ -377,7 +383,7 @@ def test_a_django_response_in_memory_is_finished_when_the_handler_returns() -> N
     """Django's patched ``WSGIHandler`` (``apps/django_bodies.py``, a process of its own):
     an ``HttpResponse`` keeps its body in memory, so the operation finishes and the start
     goes out before the handler returns, and the server gets the response itself; a
-    streaming response is held like any other iterable."""
+    streaming response's start goes out at once and its body chunk by chunk."""
     environ = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(APPS), str(ROOT)]),
@@ -413,10 +419,48 @@ def test_a_django_response_in_memory_is_finished_when_the_handler_returns() -> N
         {
             "route": "stream",
             "log": [
-                ["returned", "_WSGIRequest"],
                 ["start", "503 Service Unavailable"],
+                ["returned", "_WSGIRequest"],
                 ["body", 7],
             ],
             "output": {"f": 6},
         },
+    ]
+
+
+SCAN = {"REPROIT_SCAN": "1", "REPROIT_SCAN_TOKEN": "scan-token"}
+SCAN_HEADERS = [
+    ("x-reproit-trace", "rpt-a-1-1"),
+    ("x-reproit-actor", "a"),
+    ("x-reproit-scan-token", "scan-token"),
+]
+
+
+def test_a_scan_request_holds_the_start_for_its_events_header() -> None:
+    def make(log: Log) -> App:
+        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            start_response("200 OK", JSON)
+
+            def body() -> Iterator[bytes]:
+                for part in (b'{"g":', b"7}"):
+                    log.append(("app yields", part))
+                    yield part
+
+            return body()
+
+        return app
+
+    with pipeline(SCAN) as scanning:
+        log = serve(scanning, make, headers=SCAN_HEADERS)
+    [start] = [entry for entry in log if entry[0] == "start"]
+    names = [name for name, _ in start[2]]
+    assert names == ["Content-Type", "x-reproit-events"]
+    assert [entry if entry[0] != "start" else "start" for entry in log] == [
+        "returned",
+        ("app yields", b'{"g":'),
+        ("app yields", b"7}"),
+        "start",
+        ("chunk", b'{"g":'),
+        ("chunk", b"7}"),
+        "closed",
     ]
