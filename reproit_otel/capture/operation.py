@@ -74,7 +74,7 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from opentelemetry.trace import SpanKind
@@ -721,7 +721,7 @@ class Operation:
         """Push the exchange as an effect (secret values scrubbed first, D8)."""
         secrets = self._secrets()
         if secrets:
-            exchange = scrub_exact_bytes(scrub_value(exchange, secrets), secrets)
+            exchange = scrub_exact_bytes(_scrubbed(exchange, secrets), secrets)
             resource = None if resource is None else scrub_secret_values(resource, secrets)
             key = None if key is None else scrub_secret_values(key, secrets)
         self._push_built(binding, effect, resource, key, exchange)
@@ -1211,7 +1211,7 @@ def _build(
             if callable(secrets):
                 secrets = secrets()
             if secrets:
-                exchange = scrub_exact_bytes(scrub_value(exchange, secrets), secrets)
+                exchange = scrub_exact_bytes(_scrubbed(exchange, secrets), secrets)
                 resource = None if resource is None else scrub_secret_values(resource, secrets)
                 key = None if key is None else scrub_secret_values(key, secrets)
             return (
@@ -1227,6 +1227,17 @@ def _no_input() -> None:
     return None
 
 
+def _scrubbed(value: Any, secrets: Iterable[str]) -> Any:
+    """``value`` redacted by its key names, then scrubbed of the secret ``secrets``.
+
+    Redacting first lets a secret-named value become the placeholder of what it was (its type,
+    length, character class and keyed identity, which replay's stand-ins are made from) before
+    the scrub could turn it into the bare ``$reproit`` text; the later structural redaction
+    keeps such a placeholder as it is.
+    """
+    return scrub_value(redact(value), secrets)
+
+
 def _scrubbed_input(source: Callable[[], Any], secrets: Callable[[], tuple[str, ...]]) -> Any:
     """The deferred ``start`` input of a capture: ``source()`` scrubbed of ``secrets()``."""
 
@@ -1236,7 +1247,7 @@ def _scrubbed_input(source: Callable[[], Any], secrets: Callable[[], tuple[str, 
             secret_values = secrets()
             if not secret_values:
                 return value
-            return scrub_request_bytes(scrub_value(value, secret_values), secret_values)
+            return scrub_request_bytes(_scrubbed(value, secret_values), secret_values)
         return None
 
     return factory
