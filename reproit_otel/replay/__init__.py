@@ -6,8 +6,9 @@ bootstrap then calls :func:`install_replay`, which
 
 1. loads the file into the process's :class:`~reproit_otel.ReplaySession`,
 2. pins the capsule's determinism envelope (time zone, clock, :mod:`random`),
-3. installs :class:`ReproitReplayInstrumentor`, which patches ``requests`` and ``psycopg2`` at
-   the same seams the recorders use, so a served call still produces its OpenTelemetry span,
+3. installs :class:`ReproitReplayInstrumentor`, which patches ``requests``, ``httpx`` and
+   ``psycopg2`` at the same seams the recorders use, so a served call still produces its
+   OpenTelemetry span,
 4. installs the network tripwire (:mod:`reproit_otel.replay.tripwire`): any other client's
    connection to a non-loopback address is refused and reported,
 5. for a production capsule, opens the request window
@@ -69,6 +70,7 @@ _log = logging.getLogger("reproit_otel")
 # Each recorded library's replay instrumentor, by module and class name.
 _LIBRARY_INSTRUMENTORS = (
     ("reproit_otel.instrumentation.requests", "RequestsReplayInstrumentor", "requests"),
+    ("reproit_otel.instrumentation.httpx", "HttpxReplayInstrumentor", "httpx"),
     ("reproit_otel.instrumentation.psycopg2", "Psycopg2ReplayInstrumentor", "psycopg2"),
 )
 
