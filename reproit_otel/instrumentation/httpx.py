@@ -112,7 +112,8 @@ def _seat(cls: type[Any], name: str, make: Callable[[_Handle], _Handle], marker:
     """Put ``make(original)`` at ``cls.name``, inside any wrapper object already there."""
     holder: Any = None
     current: Any = cls.__dict__[name]
-    while not isinstance(current, types.FunctionType) and hasattr(current, "__wrapped__"):
+    # type(), not isinstance(): a wrapt proxy passes isinstance() as the function it wraps.
+    while type(current) is not types.FunctionType and hasattr(current, "__wrapped__"):
         holder, current = current, current.__wrapped__
     if getattr(current, marker, False):
         return
@@ -130,7 +131,7 @@ def _unseat(cls: type[Any], name: str, marker: str) -> None:
     holder: Any = None
     current: Any = cls.__dict__.get(name)
     while current is not None:
-        if getattr(current, marker, False) and isinstance(current, types.FunctionType):
+        if getattr(current, marker, False) and type(current) is types.FunctionType:
             original = current.__wrapped__  # type: ignore[attr-defined]
             if holder is None:
                 setattr(cls, name, original)
