@@ -305,7 +305,7 @@ def test_the_launcher_warns_once_per_inactive_instrumentation_and_mismatch(
     tmp_path: Path,
 ) -> None:
     site = tmp_path / "site"
-    _fake_dist(site, "opentelemetry-instrumentation-httpx", "0.60b0", ["opentelemetry-api==1.39.0"])
+    _fake_dist(site, "opentelemetry-instrumentation-redis", "0.60b0", ["opentelemetry-api==1.39.0"])
     (tmp_path / "app.py").write_text(_LATE_IMPORT, encoding="utf-8")
     env = _env(
         tmp_path,
@@ -328,7 +328,7 @@ def test_the_launcher_warns_once_per_inactive_instrumentation_and_mismatch(
     fix = "fix: unset OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"
     off = "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS switches it off"
     assert _without_opentelemetry_range_line(done.stderr) == [
-        "reproit-otel: warning: opentelemetry-instrumentation-httpx 0.60b0 needs "
+        "reproit-otel: warning: opentelemetry-instrumentation-redis 0.60b0 needs "
         "opentelemetry-api==1.39.0 but 1.45.1 is installed: OpenTelemetry skips or breaks "
         f"what does not match; fix: {TESTED}",
         "reproit-otel: warning: Flask is used but its OpenTelemetry instrumentation is not "
