@@ -151,10 +151,17 @@ async def async_application(base: str) -> list[Observation]:
             out.append(raised(error))
         response = await client.post(base + "/echo", content=b"async body")
         out.append(seen(response, await response.aread()))
+
+        async def pieces() -> AsyncIterator[bytes]:
+            for piece in (b"async ", b"generated"):
+                yield piece
+
+        response = await client.post(base + "/echo", content=pieces())
+        out.append(seen(response, await response.aread()))
     return out
 
 
-ASYNC_CALLS = 6
+ASYNC_CALLS = 7
 
 
 def record(app: Callable[[], Any]) -> tuple[Any, list[Any]]:
@@ -277,6 +284,13 @@ def test_async_round_trip_with_gathered_and_streamed_calls(
     assert live[1]["body"] == list(SLOW_CHUNKS)
     assert live[3]["body"] == SSE_EVENTS[0]
     assert live[4]["raised"] is httpx.ReadTimeout
+    assert live[6]["body"] == b"async generated"
+    [streamed] = [
+        e
+        for e in effects(events)
+        if e["exchange"]["request"].get("body") == live[6]["body"].decode()
+    ]
+    assert streamed["key"] == "POST /echo"
     # The abandoned stream holds what was read of it, no more.
     sse = [e for e in effects(events) if e["key"] == "GET /sse"]
     assert sse[0]["exchange"]["response"]["body"] == SSE_EVENTS[0].decode()
@@ -401,6 +415,17 @@ def test_uninstall_puts_the_transports_back() -> None:
     replay = recorder.HttpxReplayInstrumentor()
     replay.instrument(secret_values=())
     replay.uninstrument()
+    assert _seams() == _ORIGINALS
+    # Taken out from inside OpenTelemetry's wrapper, which stays and wraps the original again.
+    otel = HTTPXClientInstrumentor()
+    otel.instrument()
+    try:
+        recorder.install_recorder()
+        recorder.uninstall_recorder()
+        assert not recorder.recorder_installed()
+        assert [seam.__wrapped__ for seam in _seams()] == list(_ORIGINALS)
+    finally:
+        otel.uninstrument()
     assert _seams() == _ORIGINALS
 
 
