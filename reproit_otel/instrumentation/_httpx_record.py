@@ -120,9 +120,12 @@ class HttpxCall:
         self._unfinished = [True]
 
     @classmethod
-    def begin(cls, recorder: ExchangeRecorder, request: httpx.Request) -> HttpxCall:
-        """Start recording ``request``; a streamed body is swapped for a pass-through (the
-        caller puts the request's own stream back once the transport is done with it)."""
+    def begin(
+        cls, recorder: ExchangeRecorder, request: httpx.Request, *, asynchronous: bool
+    ) -> HttpxCall:
+        """Start recording ``request``; a streamed body is swapped for a pass-through of the
+        transport's kind (``asynchronous``: an async transport), which the caller takes out
+        again once the transport is done with it. A multipart body is both kinds."""
         call = cls(recorder, request)
         content = request_content(request)
         if content is not None:
@@ -132,10 +135,10 @@ class HttpxCall:
             return call
         tap = call._request_body = BodyTap()
         stream = request.stream
-        if isinstance(stream, httpx.SyncByteStream):
-            request.stream = _SyncRequestTee(stream, tap)
-        elif isinstance(stream, httpx.AsyncByteStream):
+        if asynchronous and isinstance(stream, httpx.AsyncByteStream):
             request.stream = _AsyncRequestTee(stream, tap)
+        elif not asynchronous and isinstance(stream, httpx.SyncByteStream):
+            request.stream = _SyncRequestTee(stream, tap)
         return call
 
     def failed(self, error: BaseException) -> None:

@@ -153,7 +153,9 @@ def _seated(cls: type[Any], name: str, marker: str) -> bool:
 # ------------------------------------------------------------------------------ recording
 
 
-def _begin(request: httpx.Request) -> tuple[ExchangeRecorder, HttpxCall] | None:
+def _begin(
+    request: httpx.Request, *, asynchronous: bool
+) -> tuple[ExchangeRecorder, HttpxCall] | None:
     """The recorder and call of a transport call, or ``None`` when nothing records it.
 
     Every step of ours is guarded: a defect of the recorder never reaches the call.
@@ -166,7 +168,7 @@ def _begin(request: httpx.Request) -> tuple[ExchangeRecorder, HttpxCall] | None:
     if recorder is None:
         return None
     try:
-        return recorder, HttpxCall.begin(recorder, request)
+        return recorder, HttpxCall.begin(recorder, request, asynchronous=asynchronous)
     except Exception as exc:
         recorder.fail("the request could not be recorded")
         absorb("httpx.record_request", exc)
@@ -186,7 +188,7 @@ def _ended(call: HttpxCall, response: Any, error: BaseException | None) -> None:
 def _recording_sync(original: _Handle) -> _Handle:
     def handle_request(self: Any, request: httpx.Request) -> Any:
         stream = request.stream
-        started = _begin(request)
+        started = _begin(request, asynchronous=False)
         if started is None:
             return original(self, request)
         _, call = started
@@ -206,7 +208,7 @@ def _recording_sync(original: _Handle) -> _Handle:
 def _recording_async(original: _Handle) -> _Handle:
     async def handle_async_request(self: Any, request: httpx.Request) -> Any:
         stream = request.stream
-        started = _begin(request)
+        started = _begin(request, asynchronous=True)
         if started is None:
             return await original(self, request)
         _, call = started

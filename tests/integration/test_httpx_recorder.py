@@ -78,6 +78,11 @@ def replaying(capsule: dict[str, Any]) -> Iterator[ReplaySession]:
         deactivate()
 
 
+# A multipart body is a stream of both kinds; a fixed boundary makes it the same every run.
+MULTIPART = {"upload": ("note.txt", b"multipart body", "text/plain")}
+BOUNDARY = {"content-type": "multipart/form-data; boundary=reproit-test"}
+
+
 def seen(response: httpx.Response, body: Any) -> Observation:
     return {
         "status": response.status_code,
@@ -115,6 +120,8 @@ def sync_application(base: str, refused: str) -> list[Observation]:
         out.append(seen(response, response.content))
         response = client.get(base + "/fail")
         out.append(seen(response, response.text))
+        response = client.post(base + "/echo", files=MULTIPART, headers=BOUNDARY)
+        out.append(seen(response, response.content))
         for url, timeout in ((refused, 5.0), (base + "/sleep", 0.2), (base + "/cut", 5.0)):
             try:
                 client.get(url, timeout=timeout).read()
@@ -123,7 +130,7 @@ def sync_application(base: str, refused: str) -> list[Observation]:
     return out
 
 
-SYNC_CALLS = 12
+SYNC_CALLS = 13
 
 
 async def async_application(base: str) -> list[Observation]:
@@ -158,10 +165,12 @@ async def async_application(base: str) -> list[Observation]:
 
         response = await client.post(base + "/echo", content=pieces())
         out.append(seen(response, await response.aread()))
+        response = await client.post(base + "/echo", files=MULTIPART, headers=BOUNDARY)
+        out.append(seen(response, await response.aread()))
     return out
 
 
-ASYNC_CALLS = 7
+ASYNC_CALLS = 8
 
 
 def record(app: Callable[[], Any]) -> tuple[Any, list[Any]]:
@@ -184,6 +193,7 @@ def test_sync_round_trip_serves_what_the_application_saw(
     assert live[4]["body"] == SLOW_CHUNKS[0]
     assert live[5]["body"] == {"zipped": True}
     assert live[7]["body"] == b"generated"
+    assert b'filename="note.txt"' in live[9]["body"]
     assert [entry.get("raised") for entry in live[-3:]] == [
         httpx.ConnectError,
         httpx.ReadTimeout,
@@ -285,6 +295,7 @@ def test_async_round_trip_with_gathered_and_streamed_calls(
     assert live[3]["body"] == SSE_EVENTS[0]
     assert live[4]["raised"] is httpx.ReadTimeout
     assert live[6]["body"] == b"async generated"
+    assert b'filename="note.txt"' in live[7]["body"]
     [streamed] = [
         e
         for e in effects(events)
