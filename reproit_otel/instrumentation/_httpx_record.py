@@ -27,6 +27,7 @@ through the one-item token ``list.pop`` hands to exactly one caller.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -72,10 +73,19 @@ def request_content(request: httpx.Request) -> bytes | None:
     return None
 
 
+# httpx's own decoders, so that a recorded body is decoded as the application's is; a release
+# that moved them records encoded bodies as they were sent.
+_decoders: Any
+try:
+    _decoders = importlib.import_module("httpx._decoders")
+except ImportError:
+    _decoders = None
+
+
 def _decoder(pairs: list[tuple[str, str]]) -> Any:
     """The content decoder of a response with a ``content-encoding``, else ``None``."""
-    from httpx import _decoders
-
+    if _decoders is None:
+        return None
     names = [
         part.strip().lower()
         for name, value in pairs
