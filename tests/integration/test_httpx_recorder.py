@@ -10,6 +10,7 @@ the same both times.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -474,3 +475,26 @@ def test_an_unrecorded_call_diverges_and_never_goes_out(
         assert dict(response.headers) == {"content-type": "application/json"}
         assert response.content == b'{"reproit":"diverged"}'
     assert session.diverged
+
+
+def test_a_stream_dropped_without_a_close_holds_what_was_read() -> None:
+    upstream = Upstream()
+
+    def app() -> bytes:
+        client = httpx.Client()
+        response = client.send(client.build_request("GET", upstream.base + "/slow"), stream=True)
+        first = next(response.iter_raw())
+        # Never closed: httpx's response and its bound stream refer to each other, so the
+        # cyclic collector frees them, and the exchange is finished after that collection.
+        del response
+        gc.collect()
+        return first
+
+    try:
+        first, events = record(app)
+    finally:
+        upstream.stop()
+    assert first == SLOW_CHUNKS[0]
+    [dropped] = effects(events)
+    assert dropped["exchange"]["response"]["body"] == SLOW_CHUNKS[0].decode()
+    assert events[-1]["effectsComplete"] is True
