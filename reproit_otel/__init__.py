@@ -38,6 +38,7 @@ _EXPORTS: dict[str, str] = {
     "CaptureSettings": "reproit_otel.wire.batch",
     "ConfigurationError": "reproit_otel.errors",
     "DivergedError": "reproit_otel.errors",
+    "HttpxReplayInstrumentor": "reproit_otel.instrumentation.httpx",
     "MissingFixtureError": "reproit_otel.errors",
     "ORACLE_MARKER_RESOURCE": "reproit_otel.wire.trace",
     "PLACEHOLDER_KEY": "reproit_otel.redaction.core",
@@ -121,6 +122,7 @@ __all__ = [
     "CaptureSettings",
     "ConfigurationError",
     "DivergedError",
+    "HttpxReplayInstrumentor",
     "MissingFixtureError",
     "Psycopg2ReplayInstrumentor",
     "RecordedPgError",
@@ -228,6 +230,9 @@ if TYPE_CHECKING:  # pragma: no cover - static types of the lazily loaded names
     )
     from reproit_otel.instrumentation.asgi import (
         ReproitASGIMiddleware,
+    )
+    from reproit_otel.instrumentation.httpx import (
+        HttpxReplayInstrumentor,
     )
     from reproit_otel.instrumentation.invoke import (
         boundary,

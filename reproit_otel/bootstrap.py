@@ -37,8 +37,8 @@ What :func:`install` does (once per provider; a second call returns the same pro
 3. adds :class:`~reproit_otel.capture.processor.ReproitSpanProcessor` to the provider, with the
    uploader as its sink when capture is configured (``REPROIT_ENDPOINT``, ``REPROIT_API_KEY``,
    ``REPROIT_APP_ID``) and the debug dump when ``REPROIT_DEBUG_DUMP`` is set;
-4. installs the recorders (``requests``, ``psycopg2``) whose library is importable, the
-   SQLAlchemy hook (``instrumentation/sqlalchemy.py``), the inbound middleware patches
+4. installs the recorders (``requests``, ``httpx``, ``psycopg2``) whose library is importable,
+   the SQLAlchemy hook (``instrumentation/sqlalchemy.py``), the inbound middleware patches
    for Flask, Starlette/FastAPI and Django (WSGI and ASGI), and the credential checks
    (``instrumentation/credentials.py``: signed sessions, CSRF tokens, JWTs) whose library is
    importable.
@@ -107,6 +107,7 @@ REPLAY_FAILED_EXIT = 78
 # Recorder modules installed when their library is importable.
 _RECORDERS = (
     "reproit_otel.instrumentation.requests",
+    "reproit_otel.instrumentation.httpx",
     "reproit_otel.instrumentation.psycopg2",
     "reproit_otel.instrumentation.sqlalchemy",
 )

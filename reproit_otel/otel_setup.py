@@ -110,6 +110,14 @@ LIBRARIES: tuple[Library, ...] = (
         _NO_CLIENT_SPAN,
     ),
     Library(
+        "httpx",
+        "httpx",
+        "httpx",
+        "opentelemetry-instrumentation-httpx",
+        "opentelemetry.instrumentation.httpx:HTTPXClientInstrumentor",
+        _NO_CLIENT_SPAN,
+    ),
+    Library(
         "psycopg2",
         "psycopg2",
         "psycopg2",
@@ -406,7 +414,7 @@ def warn_at_startup(environ: Mapping[str, str]) -> list[Problem]:
 
     Version disagreements and the instrumentations of libraries already imported are
     reported at once (reproit-otel's own hooks import the ones it patches when they are
-    installed: Flask, Django, Starlette, requests, psycopg2); a library imported
+    installed: Flask, Django, Starlette, requests, httpx, psycopg2); a library imported
     later (FastAPI) is reported at its first import. Called once per process (a second call
     does nothing).
     """

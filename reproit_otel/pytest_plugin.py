@@ -15,8 +15,8 @@ made by its fixtures are recorded too. No decorator is needed. The trace's opera
 * ``test`` is the rest of the node id (``TestOrders::test_total[eu]``), or
   ``@pytest.mark.reproit(test="total in EUR")``.
 
-Every ``requests`` call and ``psycopg2`` statement of the test is recorded onto its trace
-(the recorders are installed, before conftest files load, when those libraries are
+Every ``requests`` and ``httpx`` call and ``psycopg2`` statement of the test is recorded onto
+its trace (the recorders are installed, before conftest files load, when those libraries are
 importable), and test code may add its own effects through
 :func:`reproit_otel.ci.current_test_trace`. A test that fails in any phase
 ends its trace with ``{"error": <failure text>}`` and spools a capsule
@@ -27,9 +27,9 @@ first exception of the failing phase (:mod:`reproit_otel.ci.naming`).
 **Replay mode** (``REPROIT_REPLAY`` naming a capsule whose operation starts with ``test:``,
 as ``reproit-otel check CAPSULE --exec "pytest ..."`` sets it). Replay takes precedence over
 capture. Before conftest files load, the capsule's exchanges are installed as the answers of
-every ``requests`` and ``psycopg2`` call and its envelope (time zone, clock, ``random``) is
-pinned. Only the test whose operation equals the capsule's runs; every other test is skipped
-with the reason ``reproit replay targets <operation>``. When it finishes a
+every ``requests``, ``httpx`` and ``psycopg2`` call and its envelope (time zone, clock,
+``random``) is pinned. Only the test whose operation equals the capsule's runs; every other
+test is skipped with the reason ``reproit replay targets <operation>``. When it finishes a
 ``REPROIT:CI-TEST`` line reports ``passed``, or ``failed`` with the failure text. A capsule of
 another kind (a production ``METHOD /path`` capsule) is a usage error.
 
@@ -92,6 +92,7 @@ MARKER_NAME: Final = "reproit"
 _PLUGIN_NAME: Final = "reproit-ci"
 _RECORDERS: Final = (
     ("requests", "reproit_otel.instrumentation.requests"),
+    ("httpx", "reproit_otel.instrumentation.httpx"),
     ("psycopg2", "reproit_otel.instrumentation.psycopg2"),
 )
 

@@ -22,7 +22,7 @@ a problem's line ends with ``fix:`` and the command or change that fixes it):
    boundary with no usable fixture is an error; fixtures no declared boundary uses are
    warnings; fixtures in an older format are warnings with the command to re-record them;
 5. client libraries the imported modules brought in that reproit-otel does not record
-   (httpx, redis, grpc, ...): a replay cannot serve their calls unless they run inside an
+   (aiohttp, redis, grpc, ...): a replay cannot serve their calls unless they run inside an
    invoke boundary;
 6. the stacks the project uses (Django, Flask, FastAPI/Starlette, SQLAlchemy), what is
    captured there and what cannot be seen (``doctor_stacks.py``): a Django project without
@@ -82,7 +82,6 @@ _UNRECORDED = {
     "elasticsearch": "Elasticsearch",
     "ftplib": "FTP (ftplib)",
     "grpc": "gRPC (grpcio)",
-    "httpx": "HTTP (httpx)",
     "imaplib": "IMAP (imaplib)",
     "kafka": "Kafka (kafka-python)",
     "ldap3": "LDAP (ldap3)",

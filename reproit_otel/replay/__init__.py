@@ -6,10 +6,11 @@ bootstrap then calls :func:`install_replay`, which
 
 1. loads the file into the process's :class:`~reproit_otel.ReplaySession`,
 2. pins the capsule's determinism envelope (time zone, clock, :mod:`random`),
-3. installs :class:`ReproitReplayInstrumentor`, which patches ``requests`` and ``psycopg2`` at
-   the same seams the recorders use, so a served call still produces its OpenTelemetry span,
-   and patches the credential checks (``instrumentation/credentials.py``) so that a signed
-   session, CSRF token or JWT is answered with the outcome production's check recorded,
+3. installs :class:`ReproitReplayInstrumentor`, which patches ``requests``, ``httpx`` and
+   ``psycopg2`` at the same seams the recorders use, so a served call still produces its
+   OpenTelemetry span, and patches the credential checks (``instrumentation/credentials.py``)
+   so that a signed session, CSRF token or JWT is answered with the outcome production's
+   check recorded,
 4. installs the network tripwire (:mod:`reproit_otel.replay.tripwire`): any other client's
    connection, datagram or name lookup beyond loopback is refused and reported, and the
    process guard (:mod:`reproit_otel.replay.child_process`): a child process that would not
@@ -74,6 +75,7 @@ _log = logging.getLogger("reproit_otel")
 # Each recorded library's replay instrumentor, by module and class name.
 _LIBRARY_INSTRUMENTORS = (
     ("reproit_otel.instrumentation.requests", "RequestsReplayInstrumentor", "requests"),
+    ("reproit_otel.instrumentation.httpx", "HttpxReplayInstrumentor", "httpx"),
     ("reproit_otel.instrumentation.psycopg2", "Psycopg2ReplayInstrumentor", "psycopg2"),
 )
 

@@ -1,6 +1,6 @@
 """The network tripwire of a replay: nothing in the replayed process reaches another host.
 
-The replay instrumentors serve ``requests``, ``psycopg2`` and invoke boundaries from the
+The replay instrumentors serve ``requests``, ``httpx``, ``psycopg2`` and invoke boundaries from the
 capsule, so those never open a socket. Every other client (``urllib.request``,
 ``http.client``, httpx, a redis or SMTP client, a raw socket) would reach whatever answers at
 its address. While a replay is installed, :func:`install_tripwire` puts a check in front of

@@ -1,6 +1,6 @@
 """Stand-ins: what replay sends where production had a secret, and how capture links secrets.
 
-A redacted value is recorded as a placeholder (:mod:`reproit_otel.wire.redaction`); replaying
+A redacted value is recorded as a placeholder (:mod:`reproit_otel.redaction.core`); replaying
 the placeholder itself (a ``{"$reproit": ...}`` object where a string was, or the text
 ``$reproit`` in a cookie) makes the application fail somewhere production did not. Replay sends a
 *stand-in* instead: a value of the same type and shape, made up deterministically.

@@ -139,6 +139,26 @@ def test_a_mismatched_instrumentation_release_is_named_with_the_pinned_install(
     ]
 
 
+def test_httpx_is_a_recorded_client_whose_instrumentation_is_checked(tmp_path: Path) -> None:
+    (tmp_path / "app.py").write_text("import httpx\n", encoding="utf-8")
+    sound = _env(tmp_path)
+    code, findings = _doctor(tmp_path, sound, "--import", "app")
+    assert (code, _problems(findings)) == (0, [])
+    off = _env(tmp_path, OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="httpx")
+    code, findings = _doctor(tmp_path, off, "--import", "app")
+    assert code == 1
+    assert _problems(findings) == [
+        (
+            "error",
+            "instrumented",
+            "httpx is used but its OpenTelemetry instrumentation is not active "
+            "(OTEL_PYTHON_DISABLED_INSTRUMENTATIONS switches it off): its calls make no span, "
+            "so captures cannot tell whether they are complete; "
+            "fix: unset OTEL_PYTHON_DISABLED_INSTRUMENTATIONS",
+        )
+    ]
+
+
 def _site_without(tmp_path: Path, prefix: str) -> Path:
     """Every installed package but the distributions whose folder starts with ``prefix``."""
     site = tmp_path / "throwaway-site"
@@ -305,7 +325,7 @@ def test_the_launcher_warns_once_per_inactive_instrumentation_and_mismatch(
     tmp_path: Path,
 ) -> None:
     site = tmp_path / "site"
-    _fake_dist(site, "opentelemetry-instrumentation-httpx", "0.60b0", ["opentelemetry-api==1.39.0"])
+    _fake_dist(site, "opentelemetry-instrumentation-redis", "0.60b0", ["opentelemetry-api==1.39.0"])
     (tmp_path / "app.py").write_text(_LATE_IMPORT, encoding="utf-8")
     env = _env(
         tmp_path,
@@ -328,7 +348,7 @@ def test_the_launcher_warns_once_per_inactive_instrumentation_and_mismatch(
     fix = "fix: unset OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"
     off = "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS switches it off"
     assert _without_opentelemetry_range_line(done.stderr) == [
-        "reproit-otel: warning: opentelemetry-instrumentation-httpx 0.60b0 needs "
+        "reproit-otel: warning: opentelemetry-instrumentation-redis 0.60b0 needs "
         "opentelemetry-api==1.39.0 but 1.45.1 is installed: OpenTelemetry skips or breaks "
         f"what does not match; fix: {TESTED}",
         "reproit-otel: warning: Flask is used but its OpenTelemetry instrumentation is not "

@@ -590,3 +590,58 @@ def test_a_replay_whose_test_is_gone_says_so(tmp_path: Path) -> None:
         "renamed, moved or deselected? Run the same test command as in CI."
     ) in run.stdout
     assert "2 skipped" in run.stdout
+
+
+HTTPX_TEST = """
+import asyncio
+import os
+
+import httpx
+
+UPSTREAM = os.environ["UPSTREAM"]
+
+
+async def both_rates():
+    async with httpx.AsyncClient() as client:
+        answers = await asyncio.gather(
+            client.get(UPSTREAM + "/tax-rate"), client.get(UPSTREAM + "/fee")
+        )
+        return [answer.json()["rate"] for answer in answers]
+
+
+def test_rates_agree():
+    with httpx.Client() as client:
+        base = client.get(UPSTREAM + "/tax-rate").json()["rate"]
+    tax, fee = asyncio.run(both_rates())
+    if os.environ.get("FIXED") == "1":
+        fee = tax
+    assert base == tax == fee, f"rates {base} {tax} {fee}"
+"""
+
+
+def test_httpx_calls_sync_and_async_are_captured_and_replayed(tmp_path: Path) -> None:
+    upstream = RouteUpstream(
+        {
+            "/tax-rate": {"status": 200, "body": {"rate": 0.2}},
+            "/fee": {"status": 200, "body": {"rate": 0.3}},
+        }
+    )
+    try:
+        project = SampleProject(tmp_path, {"test_rates.py": HTTPX_TEST}).setup()
+        run = project.pytest(env={**CAPTURE, "UPSTREAM": upstream.base})
+        assert (run.exit_code, len(run.markers)) == (1, 1)
+    finally:
+        upstream.stop()
+    capsule = project.capsules()["test:test_rates#test_rates_agree"]
+    calls = [e for e in capsule["events"] if e["kind"] == "effect"]
+    assert sorted((e["key"], e["exchange"]["response"]["body"]["rate"]) for e in calls) == [
+        ("GET /fee", 0.3),
+        ("GET /tax-rate", 0.2),
+        ("GET /tax-rate", 0.2),
+    ]
+    assert {e["exchange"]["protocol"] for e in calls} == {"http"}
+    (path,) = _capsule_files(project)
+    reproduced = project.check(path, env={"UPSTREAM": upstream.base}, json_out=True)
+    assert (reproduced.exit_code, json.loads(reproduced.stdout)["verdict"]) == (1, "reproduced")
+    fixed = project.check(path, env={"UPSTREAM": upstream.base, "FIXED": "1"}, json_out=True)
+    assert (fixed.exit_code, json.loads(fixed.stdout)["verdict"]) == (0, "fixed")
