@@ -637,8 +637,11 @@ def judge_evidence(
     ]
     total = usage.get("dataExchanges")
     consumed = usage.get("consumed")
-    in_order = _reached_in_order(usage)
-    if not isinstance(total, int) or not isinstance(consumed, int) or in_order is None:
+    if (
+        not isinstance(total, int)
+        or not isinstance(consumed, int)
+        or _reached_in_order(usage) is None
+    ):
         return Evidence(
             Verdict.INCONCLUSIVE,
             f"{reason}, but the usage report does not say which recorded exchanges were used",
@@ -655,12 +658,6 @@ def judge_evidence(
             unused_calls=unused_calls,
             likely_cause=cause,
         )
-    if not in_order:
-        return Evidence(
-            Verdict.INCONCLUSIVE,
-            f"{reason}, but it used the {total} recorded data exchanges in another order "
-            f"({usage.get('consumedOrder')}): it took another path than the recording",
-        )
     if raised_again:
         return Evidence(
             Verdict.INCONCLUSIVE,
@@ -669,7 +666,23 @@ def judge_evidence(
         )
     return Evidence(
         Verdict.FIXED,
-        f"{reason}, after using all {total} recorded data exchanges in order",
+        f"{reason}, after using all {total} recorded data exchanges{_order_note(usage)}",
+    )
+
+
+def _order_note(usage: Mapping[str, Any]) -> str:
+    """How the recorded data exchanges were used: `` in order``, or the order they were.
+
+    Each dependency's calls are served in their own recorded sequence (a call takes the next
+    unused exchange of its kind), so a use in another order is calls to *different*
+    dependencies made in another order: concurrent calls (``asyncio.gather``) finish in any
+    order. It says nothing about the failure point, which the replay reached all the same.
+    """
+    if _reached_in_order(usage):
+        return " in order"
+    return (
+        f", in another order than recorded ({usage.get('consumedOrder')}: calls to different "
+        "dependencies, as concurrent calls make them)"
     )
 
 
@@ -707,14 +720,15 @@ def _judge_divergence(
         or not isinstance(total, int)
         or not isinstance(before, int)
         or before < total
-        or not _reached_in_order(usage)
+        or _reached_in_order(usage) is None
         or raised_again
         or not all(_new_call(divergence) for divergence in divergences)
     ):
         return Evidence(Verdict.DIVERGED, reason)
     return Evidence(
         Verdict.FIXED,
-        f"the replay used all {total} recorded data exchanges in order and did not fail at "
+        f"the replay used all {total} recorded data exchanges{_order_note(usage)} and did not "
+        "fail at "
         f"the recorded failure point; then it made {len(divergences)} call(s) production "
         f"never made, answered by the divergence rule (never live), first: {_call_text(call)}",
         qualifier=BEYOND_THE_RECORDING,

@@ -84,7 +84,8 @@ from reproit_otel.capture import recording
 from reproit_otel.capture.recording import DeferredExchange, Unrecordable
 from reproit_otel.config import CAPTURE_MAX_EVENTS_CEILING
 from reproit_otel.errors import TraceError
-from reproit_otel.redaction.core import redact, scrub_secret_values, scrub_value
+from reproit_otel.redaction.core import placehold_equal, redact, scrub_secret_values, scrub_value
+from reproit_otel.redaction.headers import header_credentials
 from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.exact_body import scrub_exact_bytes
 from reproit_otel.wire.exception import output_with_error
@@ -448,6 +449,7 @@ class Operation:
                 self._unheld = {}
             if self._capped is None:
                 self._capped = {}
+        start_input = _linked_input(self._input_factory or _no_input, self.note_echoed_values)
         fresh = BackendTrace.reopened(
             CaptureContext(
                 f"cap-{self._start[1]}-{self._number}",  # the start's wall clock, in ms
@@ -455,7 +457,7 @@ class Operation:
                 os.urandom(8).hex(),
             ),
             self.name,
-            input_factory=_scrubbed_input(self._input_factory or _no_input, self._secrets_source()),
+            input_factory=_scrubbed_input(start_input, self._secrets_source()),
             max_events=self._settings.max_events,
             origin_ns=self._origin,
             start=self._start,
@@ -1233,9 +1235,35 @@ def _scrubbed(value: Any, secrets: Iterable[str]) -> Any:
     Redacting first lets a secret-named value become the placeholder of what it was (its type,
     length, character class and keyed identity, which replay's stand-ins are made from) before
     the scrub could turn it into the bare ``$reproit`` text; the later structural redaction
-    keeps such a placeholder as it is.
+    keeps such a placeholder as it is. A string equal to a value the operation saw as a secret
+    elsewhere (:class:`_Secrets` ``seen``: a credential of the inbound request, a redacted
+    parameter) becomes that value's placeholder too, so its appearances share one identity.
     """
-    return scrub_value(redact(value), secrets)
+    seen = secrets.seen if isinstance(secrets, _Secrets) else ()
+    return scrub_value(placehold_equal(redact(value), seen), secrets)
+
+
+def _linked_input(
+    source: Callable[[], Any], note_seen: Callable[[tuple[str, ...]], None]
+) -> Callable[[], Any]:
+    """The ``start`` input of ``source``, built now, its credentials noted as seen secrets.
+
+    Called where a failing capture's trace is opened, before any of its exchanges is built: the
+    credentials of the inbound request's headers (the token after an ``Authorization`` scheme,
+    session cookies, secret-named headers) are then known when an exchange that repeats one (a
+    SQL parameter looking the token up) is scrubbed.
+    """
+    value: Any = None
+    with guarded("processor.input"):
+        value = source()
+        headers = value.get("headers") if isinstance(value, dict) else None
+        if isinstance(headers, dict):
+            found: list[str] = []
+            for name, text in headers.items():
+                if isinstance(name, str) and isinstance(text, str):
+                    found.extend(header_credentials(name, text))
+            note_seen(tuple(found))
+    return lambda: value
 
 
 def _scrubbed_input(source: Callable[[], Any], secrets: Callable[[], tuple[str, ...]]) -> Any:
@@ -1270,10 +1298,24 @@ def _guarded_output(
     return output
 
 
+class _Secrets(tuple[str, ...]):
+    """The secret values to scrub; ``seen`` are those the operation saw as secrets elsewhere
+    (not the configured ones), whose whole-string appearances become placeholders."""
+
+    seen: tuple[str, ...]
+
+    def __new__(cls, configured: tuple[str, ...], seen: tuple[str, ...]) -> _Secrets:
+        made = super().__new__(cls, (*configured, *seen))
+        made.seen = seen
+        return made
+
+
 def _with_echoed(
     configured: Callable[[], tuple[str, ...]], echoed: list[tuple[str, ...]]
 ) -> tuple[str, ...]:
     """The configured secret values, then the values an operation saw echoed."""
     values = configured()
     seen = echoed[0]
-    return (*values, *seen) if seen else values
+    if not seen:
+        return values
+    return _Secrets(values, seen)

@@ -95,6 +95,7 @@ __all__ = [
     "PlaceholderBody",
     "is_placeholder",
     "is_secret_key",
+    "placehold_equal",
     "placeholder",
     "redact",
     "redact_form",
@@ -476,6 +477,47 @@ def scrub_value(value: Any, secrets: Iterable[str]) -> Any:
                 if is_container:
                     pending.append((child, copy))
     return result
+
+
+def placehold_equal(value: Any, secrets: Iterable[str]) -> Any:
+    """A copy of the JSON ``value`` where every string equal to one of ``secrets`` is its
+    :func:`placeholder` (with its keyed identity while a capture key is set).
+
+    A capture links this way the other appearances of a credential it redacted elsewhere (the
+    token of an ``Authorization`` header that the application looks up as a SQL parameter of a
+    column whose name says nothing): replay's stand-in for the header then meets a recorded
+    placeholder of the same identity. Strings that only *contain* a secret are left to
+    :func:`scrub_value`. Without a secret the value is returned as it is.
+    """
+    wanted = frozenset(secret for secret in secrets if len(secret) >= MIN_SECRET_LENGTH)
+    if not wanted:
+        return value
+
+    def copy(child: Any) -> tuple[Any, bool]:
+        if isinstance(child, str):
+            return (placeholder(child) if child in wanted else child), False
+        if type(child) is _MadeHere:
+            return child, False
+        if isinstance(child, Mapping):
+            return {}, True
+        if isinstance(child, (list, tuple)):
+            return [], True
+        return child, False
+
+    root, is_container = copy(value)
+    pending: list[tuple[Any, Any]] = [(value, root)] if is_container else []
+    while pending:
+        source, target = pending.pop()
+        items = source.items() if isinstance(source, Mapping) else enumerate(source)
+        for key, child in items:
+            duplicate, nested = copy(child)
+            if nested:
+                pending.append((child, duplicate))
+            if isinstance(target, dict):
+                target[key] = duplicate
+            else:
+                target.append(duplicate)
+    return root
 
 
 def scrub_keys_and_values(value: Any, secrets: Iterable[str]) -> Any:

@@ -19,18 +19,21 @@ secret's identity while a capture key is set):
   (``Bearer $reproit...``, ``Basic $reproit...``); a value without a scheme goes whole;
 * any other header whose name is secret (``X-Api-Key``, ``X-CSRFToken``): the whole value.
 
-Every other header comes back unchanged.
+Every other header comes back unchanged. :func:`header_credentials` names the same secret
+parts, so a capture can link their other appearances (a SQL parameter holding the token of
+the ``Authorization`` header) to the same identity.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Final
 
 from reproit_otel.redaction.core import is_secret_key
 from reproit_otel.wire.standins import TEXT_TOKEN, text_placeholder
 
-__all__ = ["OPAQUE_COOKIE_LENGTH", "redact_cookie", "redact_header"]
+__all__ = ["OPAQUE_COOKIE_LENGTH", "header_credentials", "redact_cookie", "redact_header"]
 
 OPAQUE_COOKIE_LENGTH: Final = 20
 """A cookie value at least this long is taken for a credential whatever its name."""
@@ -55,6 +58,10 @@ def _credential_cookie(name: str, value: str) -> bool:
 
 def redact_cookie(value: str) -> str:
     """A ``Cookie`` header value with the value of every credential-like pair replaced."""
+    return _cookie_with(value, _secret_text)
+
+
+def _cookie_with(value: str, replace: Callable[[str], str]) -> str:
     pairs = value.split(";")
     for index, pair in enumerate(pairs):
         name, equals, cookie = pair.partition("=")
@@ -65,7 +72,7 @@ def redact_cookie(value: str) -> str:
         inner = stripped[1:-1] if quoted else stripped
         if not inner or not _credential_cookie(name.strip(), inner):
             continue
-        replaced = _secret_text(inner)
+        replaced = replace(inner)
         if quoted:
             replaced = f'"{replaced}"'
         lead = cookie[: len(cookie) - len(cookie.lstrip())]
@@ -76,14 +83,31 @@ def redact_cookie(value: str) -> str:
 
 def redact_header(name: str, value: str) -> str:
     """The value of request header ``name`` with its secret part replaced (see module)."""
+    return _header_with(name, value, _secret_text)
+
+
+def header_credentials(name: str, value: str) -> list[str]:
+    """The secret parts :func:`redact_header` replaces in the value of header ``name``."""
+    found: list[str] = []
+
+    def keep(secret: str) -> str:
+        if secret and TEXT_TOKEN.fullmatch(secret) is None:
+            found.append(secret)
+        return secret
+
+    _header_with(name, value, keep)
+    return found
+
+
+def _header_with(name: str, value: str, replace: Callable[[str], str]) -> str:
     lowered = name.lower()
     if lowered == "cookie":
-        return redact_cookie(value)
+        return _cookie_with(value, replace)
     if lowered in _AUTHORIZATION:
         scheme, space, credential = value.strip().partition(" ")
         if space and credential.strip():
-            return f"{scheme} {_secret_text(credential.strip())}"
-        return _secret_text(value)
+            return f"{scheme} {replace(credential.strip())}"
+        return replace(value)
     if is_secret_key(lowered):
-        return _secret_text(value)
+        return replace(value)
     return value

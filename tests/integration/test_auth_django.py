@@ -140,20 +140,11 @@ def test_no_password_session_cookie_or_csrf_token_reaches_the_ingest(
     assert_no_secret(signed_in, "password", "secret key", "csrf", "session cookie")
 
 
-LOOKED_UP = pytest.mark.xfail(
-    strict=True,
-    reason="a looked-up credential needs capture to link its appearances (item 2 of issue 24): "
-    "the token from the Authorization header is recorded as the plain value of the "
-    "authtoken_token.key SQL parameter, which replay cannot match with its stand-in",
-)
-
-
-@LOOKED_UP
 def test_no_api_token_reaches_the_ingest(signed_in: LoggedInRun) -> None:
     assert_no_secret(signed_in, "api token")
 
 
-@pytest.mark.parametrize("kind", ["form", pytest.param("token", marks=LOOKED_UP)])
+@pytest.mark.parametrize("kind", ["form", "token"])
 def test_the_replay_reproduces_the_failure_as_the_same_user(
     signed_in: LoggedInRun, kind: str
 ) -> None:
@@ -162,9 +153,7 @@ def test_the_replay_reproduces_the_failure_as_the_same_user(
     assert result["observedResult"]["status"] == 500
 
 
-@pytest.mark.parametrize(
-    ("kind", "status"), [("form", 302), pytest.param("token", 201, marks=LOOKED_UP)]
-)
+@pytest.mark.parametrize(("kind", "status"), [("form", 302), ("token", 201)])
 def test_the_fixed_code_replays_as_fixed(signed_in: LoggedInRun, kind: str, status: int) -> None:
     code, result = signed_in.run.check(kind, NOTES_FIXED="1")
     assert (code, result["verdict"]) == (0, "fixed"), dumped(result)

@@ -248,12 +248,17 @@ def test_error_texts_keep_their_shape_with_the_secrets_replaced(captured: dict[s
     assert not_null["response"]["error"]["pgerror"].endswith(
         "DETAIL:  Failing row contains (5, $reproit, $reproit, null).\n"
     )
-    assert duplicate["request"]["values"] == [
-        {
-            "$pg": "tuple",
-            "v": [6, placeholder(TUPLE_EMAIL), placeholder(TUPLE_PASSWORD), "n"],
-        }
+    [row] = duplicate["request"]["values"]
+    keyed = [item["$reproit"] for item in row["v"][1:3]]
+    # While capturing, each placeholder carries its character class and keyed identity.
+    assert [(body.pop("class"), len(body.pop("id"))) for body in keyed] == [
+        ("email", 24),
+        ("alnum", 24),
     ]
+    assert row == {
+        "$pg": "tuple",
+        "v": [6, placeholder(TUPLE_EMAIL), placeholder(TUPLE_PASSWORD), "n"],
+    }
     assert duplicate["response"]["error"]["pgerror"].endswith(
         "DETAIL:  Key (email)=($reproit) already exists.\n"
     )
