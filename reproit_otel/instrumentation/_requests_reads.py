@@ -102,8 +102,10 @@ class _BodyReads:
         except TypeError:  # a body object without weak references: every close hands over
             self._alive = None
         own = raw.__dict__
-        if _FAST_PATH and raw.__class__ is HTTPResponse and not (
-            "read" in own or "read1" in own or "read_chunked" in own or "close" in own
+        if (
+            _FAST_PATH
+            and raw.__class__ is HTTPResponse
+            and not ("read" in own or "read1" in own or "read_chunked" in own or "close" in own)
         ):
             self._read: Any = raw.read
             self._read1: Any = raw.read1
