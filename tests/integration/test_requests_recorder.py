@@ -565,14 +565,18 @@ def test_read1_pieces_are_the_stream_chunks(upstream: Upstream, capture: Capture
     assert b"".join(pieces) == b"".join(SLOW_CHUNKS)
     assert (left, had_read1) == (set(), HAS_READ1)
     [effect] = effects(events)
+    # read(64) before urllib3 2.2 waits for 64 bytes or the end: one piece, no stream field
+    # (section 4.5 gives a plain-text body read in fewer than two pieces none).
+    stream = {"stream": {"chunks": [len(piece) for piece in pieces]}} if len(pieces) > 1 else {}
     assert effect["exchange"]["response"] == {
         "status": 200,
         "headers": upstream_headers(
             **{"content-type": "text/plain", "transfer-encoding": "chunked"}
         ),
         "body": b"".join(SLOW_CHUNKS).decode(),
-        "stream": {"chunks": [len(piece) for piece in pieces]},
+        **stream,
     }
+    assert len(pieces) == (len(SLOW_CHUNKS) if HAS_READ1 else 1)
 
 
 def test_an_instance_method_set_before_the_call_is_given_back(
