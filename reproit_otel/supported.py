@@ -37,14 +37,14 @@ class Supported:
 
 SUPPORTED: tuple[Supported, ...] = (
     Supported("python", "Python", ">=3.10,<3.14"),
-    Supported("opentelemetry-sdk", "the OpenTelemetry SDK", ">=1.30,<1.46"),
-    Supported("opentelemetry-instrumentation", "OpenTelemetry instrumentation", ">=0.51b0,<0.67"),
+    Supported("opentelemetry-sdk", "the OpenTelemetry SDK", ">=1.36,<1.46"),
+    Supported("opentelemetry-instrumentation", "OpenTelemetry instrumentation", ">=0.57b0,<0.67"),
     Supported("requests", "requests", ">=2.28,<3"),
     Supported("urllib3", "urllib3", ">=1.26,<3"),
     Supported("psycopg2", "psycopg2", ">=2.9.1,<3"),
     Supported("psycopg2-binary", "psycopg2", ">=2.9.1,<3"),
     Supported("sqlalchemy", "SQLAlchemy", ">=2.0,<2.2"),
-    Supported("django", "Django", ">=4.2,<6.1"),
+    Supported("django", "Django", ">=4.2,<6.2"),
     Supported("flask", "Flask", ">=2.3,<3.2"),
     Supported("fastapi", "FastAPI", ">=0.110.1,<1"),
     Supported("starlette", "Starlette", ">=0.37,<2"),

@@ -142,6 +142,7 @@ def test_the_fixed_code_replays_as_fixed(run: StackRun, kind: str) -> None:
 def test_a_changed_query_parameter_diverges(run: StackRun, kind: str) -> None:
     code, result = run.check(kind, LEDGER_OTHER_CURRENCY="1")
     assert (code, result["verdict"]) == (3, "diverged"), dumped(result)
+    assert len(result["divergences"]) == 1, dumped(result)
     [divergence] = result["divergences"]
     assert divergence["protocol"] == "pg"
     assert "USD" in json.dumps(divergence["got"]), divergence

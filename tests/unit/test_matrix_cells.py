@@ -81,14 +81,14 @@ def test_the_oldest_family_pins_the_same_packages_at_the_lower_end() -> None:
         name: min(s.version for s in spec if s.operator == ">=") for name, spec in declared.items()
     }
     assert {name: oldest[name] for name in lowest} == {
-        "opentelemetry-api": "1.30.0",
-        "opentelemetry-sdk": "1.30.0",
-        "opentelemetry-instrumentation": "0.51b0",
+        "opentelemetry-api": "1.36.0",
+        "opentelemetry-sdk": "1.36.0",
+        "opentelemetry-instrumentation": "0.57b0",
     }
     assert {name: lowest[name] for name in lowest} == {
-        "opentelemetry-api": "1.30",
-        "opentelemetry-sdk": "1.30",
-        "opentelemetry-instrumentation": "0.51b0",
+        "opentelemetry-api": "1.36",
+        "opentelemetry-sdk": "1.36",
+        "opentelemetry-instrumentation": "0.57b0",
     }
 
 
