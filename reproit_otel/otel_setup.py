@@ -412,16 +412,19 @@ _watch: _ImportWatch | None = None
 def warn_at_startup(environ: Mapping[str, str]) -> list[Problem]:
     """Under the launcher: write each problem once to stderr; returns those written now.
 
-    Version disagreements and the instrumentations of libraries already imported are
-    reported at once (reproit-otel's own hooks import the ones it patches when they are
-    installed: Flask, Django, Starlette, requests, httpx, psycopg2); a library imported
-    later (FastAPI) is reported at its first import. Called once per process (a second call
+    Installed versions outside the support matrix (:mod:`reproit_otel.supported`), version
+    disagreements and the instrumentations of libraries already imported are reported at
+    once (reproit-otel's own hooks import the ones it patches when they are installed: Flask,
+    Django, Starlette, requests, httpx, psycopg2); a library imported later (FastAPI) is reported at
+    its first import. Called once per process (a second call
     does nothing).
     """
     global _watch
     if _watch is not None:
         return []
-    problems = version_problems()
+    from reproit_otel.supported import unsupported_problems
+
+    problems = unsupported_problems() + version_problems()
     later: dict[str, Problem] = {}
     installed = installed_libraries()
     for library in LIBRARIES:

@@ -36,6 +36,7 @@ PROGRAMS = frozenset(
         "scripts/test",
         "scripts/bootstrap",
         "scripts/refresh-vectors",
+        "scripts/matrix",
         "pip",
         "apt-get",
         "opentelemetry-bootstrap",

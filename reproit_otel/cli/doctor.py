@@ -17,7 +17,8 @@ a problem's line ends with ``fix:`` and the command or change that fixes it):
    (``DJANGO_SETTINGS_MODULE``, else the one ``manage.py`` names). Then the OpenTelemetry
    packages must agree in version, and each library the modules imported (every installed
    one without ``--import``) must have its instrumentation installed, matching and not
-   switched off;
+   switched off; Python and every installed library it records or reads spans from must be
+   in the versions it is tested with (``docs/versions.md``, ``reproit_otel.supported``);
 4. invoke-boundary fixtures (``REPROIT_FIXTURES`` or ``--fixtures``): every declared
    boundary with no usable fixture is an error; fixtures no declared boundary uses are
    warnings; fixtures in an older format are warnings with the command to re-record them;

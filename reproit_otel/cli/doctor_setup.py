@@ -6,7 +6,8 @@ Each returns :class:`~reproit_otel.cli.doctor.Finding` lines whose message ends 
 * :func:`exporter_findings`: ``OTEL_TRACES_EXPORTER`` names an exporter no installed package
   provides (OpenTelemetry then starts nothing: ``Failed to auto initialize``), or leaves
   ``reproit`` out while captures are configured;
-* :func:`package_findings`: OpenTelemetry packages whose versions disagree, and for each
+* :func:`package_findings`: OpenTelemetry packages whose versions disagree, Python or an
+  installed library outside the tested versions (``docs/versions.md``), and for each
   library the application imports (with ``--import``; else each installed one) an
   instrumentation that is missing, mismatched or switched off;
 * :func:`ping_findings` (``--ping``): POSTs an empty JSON object to ``REPROIT_ENDPOINT`` with
@@ -38,6 +39,7 @@ from reproit_otel.otel_setup import (
     instrumentation_problems,
     version_problems,
 )
+from reproit_otel.supported import unsupported_problems
 
 __all__ = ["exporter_findings", "package_findings", "ping_findings", "setup_django"]
 
@@ -78,6 +80,12 @@ def package_findings(env: Mapping[str, str], imported: Iterable[str] | None) -> 
     found = [Finding("error", "versions", problem.line()) for problem in version_problems()]
     if not found:
         found.append(Finding("ok", "versions", "the OpenTelemetry packages agree in version"))
+    outside = unsupported_problems()
+    found += [Finding("warning", "supported", problem.line()) for problem in outside]
+    if not outside:
+        found.append(
+            Finding("ok", "supported", "Python and every installed library are in the tested range")
+        )
     level: Level = "warning" if imported is None else "error"
     if imported is None:
         used = installed_libraries()

@@ -192,9 +192,13 @@ def _sqlalchemy(env: Mapping[str, str]) -> list[Finding]:
         )
     ]
     drivers: dict[str, str] = {}  # where -> driver
-    for engine in _engines():
-        url = engine.url.render_as_string(hide_password=True)
-        drivers[f"engine {url}"] = str(engine.dialect.driver)
+    # By URL: the collector's order of the engines differs between Python releases.
+    engines = {
+        engine.url.render_as_string(hide_password=True): str(engine.dialect.driver)
+        for engine in _engines()
+    }
+    for url, driver in sorted(engines.items()):
+        drivers[f"engine {url}"] = driver
     for name, value in sorted(env.items()):
         match = _URL.match(value)
         if match:

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
 # urllib3's buffer of decoded bytes (urllib3 2): _drained reads its size without a call.
 _QueueBuffer: Any = getattr(_urllib3_response, "BytesQueueBuffer", None)
+# HTTPResponse.read1 exists from urllib3 2.2 on. Before that (1.26, 2.0, 2.1) a response is
+# tapped by the general path, which sets only the methods the response has.
+_FAST_PATH = callable(getattr(HTTPResponse, "read1", None))
 
 
 def _exhausted(raw: Any) -> bool:
@@ -99,8 +102,10 @@ class _BodyReads:
         except TypeError:  # a body object without weak references: every close hands over
             self._alive = None
         own = raw.__dict__
-        if raw.__class__ is HTTPResponse and not (
-            "read" in own or "read1" in own or "read_chunked" in own or "close" in own
+        if (
+            _FAST_PATH
+            and raw.__class__ is HTTPResponse
+            and not ("read" in own or "read1" in own or "read_chunked" in own or "close" in own)
         ):
             self._read: Any = raw.read
             self._read1: Any = raw.read1

@@ -17,6 +17,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import http
+import inspect
 import ssl
 from collections import deque
 from collections.abc import Generator, Iterable, Mapping
@@ -310,6 +311,15 @@ class _RecordedChunks:
         return len(data)
 
 
+# urllib3 takes the status line's version text from 2.3 on; earlier releases (1.26 to 2.2)
+# have no such parameter.
+_VERSION_STRING: dict[str, Any] = (
+    {"version_string": "HTTP/1.1"}
+    if "version_string" in inspect.signature(HTTPResponse.__init__).parameters
+    else {}
+)
+
+
 class ReplayedBody(HTTPResponse):
     """A urllib3 response answered from the recording; no connection, no socket."""
 
@@ -329,7 +339,7 @@ class ReplayedBody(HTTPResponse):
             headers=headers,
             status=status,
             version=11,
-            version_string="HTTP/1.1",
+            **_VERSION_STRING,
             reason=reason_phrase(status),
             preload_content=False,
             decode_content=False,

@@ -142,6 +142,8 @@ def test_the_fixed_code_replays_as_fixed(run: StackRun, kind: str) -> None:
 def test_a_changed_query_parameter_diverges(run: StackRun, kind: str) -> None:
     code, result = run.check(kind, LEDGER_OTHER_CURRENCY="1")
     assert (code, result["verdict"]) == (3, "diverged"), dumped(result)
-    [divergence] = result["divergences"]
-    assert divergence["protocol"] == "pg"
-    assert "USD" in json.dumps(divergence["got"]), divergence
+    # Django 4.2 runs the diverging query more than once (once with LIMIT 21): each run is a
+    # divergence of its own; Django 5 and 6 run it once.
+    divergences = result["divergences"]
+    seen = [(d["protocol"], "USD" in json.dumps(d["got"])) for d in divergences]
+    assert (len(seen) >= 1, seen) == (True, [("pg", True)] * len(seen)), dumped(result)

@@ -48,6 +48,7 @@ COLLECTOR = (
     "tests/integration/test_collector_config.py::"
     "test_what_the_reproit_exporter_sends_becomes_an_occurrence"
 )
+INSTALL_LINE = "tests/integration/test_install_line.py::"
 SHOP_NOTE = " (shop and shop_fastapi; ports free, the test PostgreSQL's DSN)"
 BENCH_NOTE = " (the same module with --quick --out DIR: its smoke run, no timing asserted)"
 NO_COLLECTOR = (
@@ -138,7 +139,22 @@ RUN_BY: dict[str, str] = {
     "with a published folder beside it)",
     "apt-get install postgresql": ".ci/run: need_package installs postgresql when initdb is "
     "missing",
-    "pip install 'reproit-otel[otel,requests,psycopg2,replay,serve]'": PIP,
+    "pip install 'reproit-otel[otel,requests,psycopg2,replay,serve]'": PIP + " (the line once "
+    "published; tests/integration/test_install_line.py checks the guides label it so)",
+    "pip install -c constraints.txt '.[otel,requests,psycopg2,replay,serve]'": INSTALL_LINE
+    + "test_the_line_from_a_clone_resolves_to_the_tested_set (with --dry-run --ignore-installed "
+    "--report FILE: resolved in full, nothing installed)",
+    "pip wheel --no-deps -w dist .": INSTALL_LINE
+    + "test_the_built_wheel_installs_with_the_same_line (dist in a temporary folder; the wheel "
+    "then resolved with the install line, --dry-run)",
+    # docs/versions.md
+    "scripts/matrix --list": "tests/unit/test_matrix_cells.py::"
+    "test_the_list_names_every_cell_of_the_versions_page",
+    "scripts/matrix": ".ci/run: runs scripts/matrix --ci (the runner the page describes)",
+    "scripts/matrix --ci": ".ci/run: runs scripts/matrix --ci after the whole suite",
+    "scripts/matrix oldest": ".ci/run: runs scripts/matrix --ci, whose cells include oldest",
+    "scripts/matrix --all": ".ci/run: runs scripts/matrix --ci, the same runner on the cells "
+    "marked [ci]; --all runs every cell that way",
     "pip install 'reproit-otel[otel,requests,psycopg2]'": PIP,
     "pip install 'reproit-otel[otel]'": PIP,
     "pip install 'reproit-otel[requests,psycopg2]'": PIP,

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import tomllib
 from packaging.requirements import Requirement
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
+    import tomli as tomllib  # type: ignore[no-redef]
 
 from reproit_otel.otel_setup import INSTALL_TESTED_SET, LIBRARIES
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from requests.structures import CaseInsensitiveDict
 
@@ -44,6 +44,7 @@ def _whole(pieces: list[bytes | str]) -> bytes:
     return b"".join(p.encode("utf-8") if isinstance(p, str) else p for p in pieces)
 
 
+@settings(suppress_health_check=[HealthCheck.too_slow])  # big pieces: slow on a busy machine
 @given(_pieces, st.sampled_from([None, "application/json", "text/plain"]))
 def test_a_body_seen_in_pieces_has_the_fields_of_the_whole(
     pieces: list[bytes | str], content_type: str | None
@@ -144,6 +145,7 @@ _call_pieces = st.lists(
 )
 
 
+@settings(suppress_health_check=[HealthCheck.too_slow])  # big pieces: slow on a busy machine
 @given(_call_pieces, st.sampled_from([None, "application/json", "text/event-stream"]))
 def test_a_call_holding_its_response_pieces_records_what_a_tap_fed_them_records(
     pieces: list[bytes | bytearray | str], content_type: str | None
