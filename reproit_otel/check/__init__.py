@@ -15,7 +15,8 @@ One module per step of a check:
 
 Imports run one way, from the first line to the last: ``request``, ``boot``, ``output`` and
 ``exceptions`` import none of the others; ``judgement`` imports none of them either;
-``run`` imports all of those; ``report`` imports ``judgement`` only (and never ``run``).
+``run`` imports all of those; ``report`` imports ``judgement`` (and, for escaping captured
+text, ``reproit_otel.cli.terminal``), never ``run``.
 The command line (``reproit_otel.cli.check``) parses arguments and calls ``run`` and
 ``report``. This package re-exports nothing: import each name from its module.
 """
