@@ -109,7 +109,7 @@ class RegressionFailed(ReproitError, AssertionError):
 
     ``stale`` is false when the recorded failure came back (*reproduced*), true when the
     recording no longer matches the code (*diverged* or *inconclusive*); ``result`` is the
-    :class:`~reproit_otel.verdict.CheckResult` of the replay.
+    :class:`~reproit_otel.check.judgement.CheckResult` of the replay.
     """
 
     def __init__(self, message: str, *, result: Any, stale: bool) -> None:

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from reproit_otel.check.exceptions import recorded_exception
 from reproit_otel.errors import ConfigurationError
-from reproit_otel.exception_verdict import recorded_exception
 from reproit_otel.wire.canonical import js_items, ordered_json
 from reproit_otel.wire.exception import describe_exception, short_type
 

@@ -44,7 +44,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from reproit_otel.check_request import recorded_request
+from reproit_otel.check.judgement import CheckResult, Verdict
+from reproit_otel.check.request import recorded_request
+from reproit_otel.check.run import CI_RUN_TIMEOUT_S, check_capsule
 from reproit_otel.errors import CapsuleError, ConfigurationError, RegressionFailed
 from reproit_otel.regression import (
     CAPSULE_SUFFIX,
@@ -53,7 +55,6 @@ from reproit_otel.regression import (
     name_of_capsule,
     read_settings,
 )
-from reproit_otel.verdict import CI_RUN_TIMEOUT_S, CheckResult, Verdict, check_capsule
 from reproit_otel.wire.exception import describe_exception
 
 __all__ = ["assert_fixed"]
@@ -122,7 +123,7 @@ def _output_lines(result: CheckResult) -> list[str]:
 def _reproduced_message(
     result: CheckResult, capsule: Mapping[str, Any], shown_path: str, command: str
 ) -> str:
-    from reproit_otel.cli.check_text import exception_lines
+    from reproit_otel.check.report import exception_lines
 
     recorded = result.recorded_exception
     if recorded is not None:
@@ -154,7 +155,7 @@ def _reproduced_message(
 
 
 def _stale_message(result: CheckResult, shown_path: str, name: str, folder: str) -> str:
-    from reproit_otel.cli.check_text import divergence_lines
+    from reproit_otel.check.report import divergence_lines
 
     lines = [
         f"the recording no longer matches the code ({result.verdict.value}): {result.reason}",
@@ -199,7 +200,7 @@ def assert_fixed(
     """
     __tracebackhide__ = True  # pytest shows the test's line, not this helper's
     path = Path(capsule)
-    from reproit_otel.verdict import load_check_target
+    from reproit_otel.check.run import load_check_target
 
     document = load_check_target(path)
     settings = read_settings(path.resolve())

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import re
 import secrets
@@ -35,26 +34,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from reproit_otel.check_request import (
+from reproit_otel.check.report import summary
+from reproit_otel.check.request import (
     RequestOverrides,
     parse_cookie_override,
     parse_header_override,
 )
-from reproit_otel.cli.check_text import (
-    divergence_lines,
-    evidence_lines,
-    exception_lines,
-    verdict_lines,
-)
-from reproit_otel.cli.terminal import json_text, say, shown
-from reproit_otel.errors import CapsuleError
-from reproit_otel.verdict import (
+from reproit_otel.check.run import (
     BOOT_TIMEOUT_S,
     CI_RUN_TIMEOUT_S,
-    CheckResult,
     ReplayNotArmedError,
     check_capsule,
 )
+from reproit_otel.cli.terminal import json_text, say, shown
+from reproit_otel.errors import CapsuleError
 
 __all__ = ["CAPSULE_FOLDER", "register", "resolve_target", "run"]
 
@@ -219,62 +212,6 @@ def resolve_target(
     return target
 
 
-_BODY_SHOWN = 300
-
-
-def _summary(result: CheckResult, *, verbose: bool = False) -> str:
-    """The verdict for a person; every captured text in it goes through :func:`shown`."""
-    observed = dict(result.observed)
-    body = observed.pop("body", None)
-    recorded = result.recorded_failure
-    lines = [
-        f"operation:   {shown(result.operation)}",
-        f"mode:        {shown(result.mode)}",
-        f"recorded:    {shown(recorded) if recorded else '(no failure text recorded)'}",
-        f"observed:    {shown(json.dumps(observed, ensure_ascii=False))}",
-    ]
-    if isinstance(body, str) and body:
-        text = " ".join(body.split())
-        cut = "..." if len(text) > _BODY_SHOWN else ""
-        lines.append(f"body:        {shown(text[:_BODY_SHOWN])}{cut}")
-    lines.extend(divergence_lines(result.divergences))
-    usage = result.usage
-    if usage:
-        lines.append(
-            f"usage:       {usage.get('consumed')} of {usage.get('dataExchanges')} recorded data "
-            f"exchanges used, {usage.get('ambient')} connection-scope calls answered, "
-            f"{usage.get('beforeRequest')} calls before the request"
-        )
-    lines.extend(
-        verdict_lines(
-            result.verdict.value,
-            result.reason,
-            result.recorded_exception,
-            result.replayed_exception,
-            result.different_failure,
-        )
-    )
-    lines.extend(
-        evidence_lines(
-            result.qualifier, result.first_new_call, result.unused_calls, result.likely_cause
-        )
-    )
-    if result.replayed_exception is not None:
-        lines.extend(exception_lines(result.replayed_exception, "replayed exception"))
-    if not verbose:
-        # Standard output first: the traceback, on standard error, ends the page.
-        for name, kept in (
-            ("stdout", result.application_stdout),
-            ("stderr", result.application_stderr),
-        ):
-            if kept:
-                lines.append(
-                    f"application {name} (last {len(kept)} lines; --verbose shows it as it runs):"
-                )
-                lines.extend(f"  {shown(line)}" for line in kept)
-    return "\n".join(lines)
-
-
 def run(args: argparse.Namespace) -> int:
     """Execute ``check`` and return the exit code."""
     try:
@@ -298,5 +235,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         say(json_text(result.to_json()))
     else:
-        say(_summary(result, verbose=args.verbose))
+        say(summary(result, verbose=args.verbose))
     return result.verdict.exit_code

@@ -434,8 +434,8 @@ def _batch_lines(client: IngestClient, occurrence: str) -> list[str]:
 
 def _exception_lines(client: IngestClient, occurrence: str) -> list[str]:
     """The latest capture's exception (``wire/exception.py``) as ``show`` prints it."""
-    from reproit_otel.cli.check_text import exception_lines
-    from reproit_otel.exception_verdict import recorded_exception
+    from reproit_otel.check.exceptions import recorded_exception
+    from reproit_otel.check.report import exception_lines
     from reproit_otel.wire.exception import describe_exception
 
     try:

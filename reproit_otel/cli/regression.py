@@ -166,8 +166,8 @@ def _module_command(
 
 
 def _write(args: argparse.Namespace) -> list[str]:
+    from reproit_otel.check.run import load_check_target
     from reproit_otel.cli.check import resolve_target
-    from reproit_otel.verdict import load_check_target
 
     target = resolve_target(
         args.capsule, ingest=args.ingest, api_key=args.api_key, command="regression"

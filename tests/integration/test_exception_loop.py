@@ -44,7 +44,7 @@ import httpx
 import pytest
 
 from reproit_otel.capture.uploader import Uploader, UploaderSettings
-from reproit_otel.cli.check_text import COLUMN_WIDTH
+from reproit_otel.check.report import COLUMN_WIDTH
 from reproit_otel.ingest.store import SQLiteStore
 from reproit_otel.wire.batch import CaptureEnvironment, CaptureSettings
 from reproit_otel.wire.capsule import capsule_from_batch

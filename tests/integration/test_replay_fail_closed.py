@@ -33,7 +33,7 @@ import httpx
 import pytest
 
 from reproit_otel.bootstrap import REPLAY_FAILED_EXIT, REPLAY_FAILED_MARKER
-from reproit_otel.verdict import REPLAY_FAILED_MARKER as VERDICT_FAILED_MARKER
+from reproit_otel.check.judgement import REPLAY_FAILED_MARKER as VERDICT_FAILED_MARKER
 from tests.integration.capture_helpers import built_batch
 from tests.integration.served_ingest import ServedIngest, cli_command
 

@@ -25,10 +25,10 @@ import pytest
 import requests
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
 
+from reproit_otel.check.judgement import REPLAY_MARKER as VERDICT_REPLAY_MARKER
 from reproit_otel.replay import REPLAY_MARKER, install_replay, uninstall_replay
 from reproit_otel.replay.session import active_session, quiet_refusal_count
 from reproit_otel.replay.tripwire import is_local_address, tripwire_installed
-from reproit_otel.verdict import REPLAY_MARKER as VERDICT_REPLAY_MARKER
 from tests.integration.upstream import Upstream
 
 CAPSULE: dict[str, Any] = {

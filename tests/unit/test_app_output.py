@@ -6,7 +6,7 @@ import io
 import subprocess
 import sys
 
-from reproit_otel.app_output import (
+from reproit_otel.check.output import (
     LINE_CHARS,
     TAIL_LINES,
     TRACEBACK_LINES,

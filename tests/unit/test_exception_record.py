@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from reproit_otel._local_log import LocalFallbackHandler
-from reproit_otel.exception_verdict import judge_exception, recorded_exception, replayed_exception
+from reproit_otel.check.exceptions import judge_exception, recorded_exception, replayed_exception
 from reproit_otel.failures import exception_marker_line
 from reproit_otel.redaction.text import scrub_text
 from reproit_otel.wire.exception import (
@@ -350,7 +350,7 @@ def test_a_hook_noted_exception_wins_over_the_span_event() -> None:
 
 
 def test_the_side_by_side_view_aligns_fields_and_marks_the_different_ones() -> None:
-    from reproit_otel.cli.check_text import side_by_side
+    from reproit_otel.check.report import side_by_side
 
     rows = side_by_side(
         "sent", {"text": "SELECT 2", "values": [1]}, "expected", {"text": "SELECT 1"}, width=20

@@ -6,17 +6,16 @@ from typing import Any
 
 import pytest
 
-from reproit_otel.cli.check_text import evidence_lines
-from reproit_otel.verdict import (
+from reproit_otel.check.judgement import (
     BEYOND_THE_RECORDING,
     CREDENTIAL_HINT,
-    OBSERVED_BODY_BYTES,
     Verdict,
     classify_production_run,
     judge_evidence,
-    observed_body,
     replay_markers,
 )
+from reproit_otel.check.report import evidence_lines
+from reproit_otel.check.request import OBSERVED_BODY_BYTES, observed_body
 
 NEVER_LOADED = (
     "the application never loaded the capsule: it wrote no REPROIT:REPLAY line, so it ran "

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from reproit_otel.check.request import recorded_request
 from reproit_otel.redaction.body import redact_text_body
 from reproit_otel.redaction.core import (
     SERVICE_SECRET_PARTS,
@@ -24,7 +25,6 @@ from reproit_otel.redaction.sql import (
     scrub_echoes,
     secret_bindings,
 )
-from reproit_otel.verdict import recorded_request
 
 FORM = "application/x-www-form-urlencoded"
 

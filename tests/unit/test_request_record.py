@@ -1,5 +1,5 @@
 """The inbound request as recorded (wire/request_record.py, redaction/headers.py,
-redaction/multipart.py) and as ``check`` sends it back (check_request.replay_request)."""
+redaction/multipart.py) and as ``check`` sends it back (check.request.replay_request)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from reproit_otel.check_request import (
+from reproit_otel.check.request import (
     RequestOverrides,
     _decoded,
     parse_cookie_override,

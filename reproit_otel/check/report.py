@@ -8,6 +8,8 @@
   ``REPRODUCED  ZeroDivisionError: division by zero  (app.py:88 in apply_coupon), as recorded``;
 * the replayed exception's frames, and the application's own standard error (its traceback
   and log lines), bounded, after the verdict.
+
+:func:`summary` puts these together into the page ``check`` prints.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from reproit_otel.check.judgement import CheckResult
 from reproit_otel.cli.terminal import shown
 from reproit_otel.wire.exception import describe_exception, short_type
 
@@ -25,6 +28,7 @@ __all__ = [
     "evidence_lines",
     "exception_lines",
     "side_by_side",
+    "summary",
     "verdict_lines",
 ]
 
@@ -202,3 +206,59 @@ def evidence_lines(
     if likely_cause:
         lines.append(f"likely cause: {shown(likely_cause)}")
     return lines
+
+
+_BODY_SHOWN = 300
+
+
+def summary(result: CheckResult, *, verbose: bool = False) -> str:
+    """The verdict for a person; every captured text in it goes through :func:`shown`."""
+    observed = dict(result.observed)
+    body = observed.pop("body", None)
+    recorded = result.recorded_failure
+    lines = [
+        f"operation:   {shown(result.operation)}",
+        f"mode:        {shown(result.mode)}",
+        f"recorded:    {shown(recorded) if recorded else '(no failure text recorded)'}",
+        f"observed:    {shown(json.dumps(observed, ensure_ascii=False))}",
+    ]
+    if isinstance(body, str) and body:
+        text = " ".join(body.split())
+        cut = "..." if len(text) > _BODY_SHOWN else ""
+        lines.append(f"body:        {shown(text[:_BODY_SHOWN])}{cut}")
+    lines.extend(divergence_lines(result.divergences))
+    usage = result.usage
+    if usage:
+        lines.append(
+            f"usage:       {usage.get('consumed')} of {usage.get('dataExchanges')} recorded data "
+            f"exchanges used, {usage.get('ambient')} connection-scope calls answered, "
+            f"{usage.get('beforeRequest')} calls before the request"
+        )
+    lines.extend(
+        verdict_lines(
+            result.verdict.value,
+            result.reason,
+            result.recorded_exception,
+            result.replayed_exception,
+            result.different_failure,
+        )
+    )
+    lines.extend(
+        evidence_lines(
+            result.qualifier, result.first_new_call, result.unused_calls, result.likely_cause
+        )
+    )
+    if result.replayed_exception is not None:
+        lines.extend(exception_lines(result.replayed_exception, "replayed exception"))
+    if not verbose:
+        # Standard output first: the traceback, on standard error, ends the page.
+        for name, kept in (
+            ("stdout", result.application_stdout),
+            ("stderr", result.application_stderr),
+        ):
+            if kept:
+                lines.append(
+                    f"application {name} (last {len(kept)} lines; --verbose shows it as it runs):"
+                )
+                lines.extend(f"  {shown(line)}" for line in kept)
+    return "\n".join(lines)
