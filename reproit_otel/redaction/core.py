@@ -71,7 +71,7 @@ redacted capture still matches the call it was recorded from.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
 from typing import Any, Final, Literal, TypedDict
 from urllib.parse import unquote_plus
@@ -439,6 +439,41 @@ def scrub_secret_values(text: str, secrets: Iterable[str]) -> str:
     return pattern.sub(TEXT_PLACEHOLDER, text)
 
 
+def _strings_mapped(
+    value: Any, leaf: Callable[[str], Any], key: Callable[[str], str] | None = None
+) -> Any:
+    """A copy of the JSON ``value`` with ``leaf`` applied to every string (and ``key`` to
+    every string key, when given). A placeholder this process made holds no value and is kept
+    as it is. Tuples come back as lists. Walks iteratively (deep values do not recurse)."""
+
+    def copy(child: Any) -> tuple[Any, bool]:
+        if isinstance(child, str):
+            return leaf(child), False
+        if type(child) is _MadeHere:
+            return child, False
+        if isinstance(child, Mapping):
+            return {}, True
+        if isinstance(child, (list, tuple)):
+            return [], True
+        return child, False
+
+    root, is_container = copy(value)
+    pending: list[tuple[Any, Any]] = [(value, root)] if is_container else []
+    while pending:
+        source, target = pending.pop()
+        items = source.items() if isinstance(source, Mapping) else enumerate(source)
+        for name, child in items:
+            duplicate, nested = copy(child)
+            if nested:
+                pending.append((child, duplicate))
+            if isinstance(target, dict):
+                renamed = key(name) if key is not None and isinstance(name, str) else name
+                target[renamed] = duplicate
+            else:
+                target.append(duplicate)
+    return root
+
+
 def scrub_value(value: Any, secrets: Iterable[str]) -> Any:
     """A copy of the JSON ``value`` with :func:`scrub_secret_values` applied to every string.
 
@@ -448,35 +483,7 @@ def scrub_value(value: Any, secrets: Iterable[str]) -> Any:
     pattern = _pattern_for(secrets)
     if pattern is None:
         return value
-
-    def scrub(child: Any) -> tuple[Any, bool]:
-        if isinstance(child, str):
-            return pattern.sub(TEXT_PLACEHOLDER, child), False
-        if type(child) is _MadeHere:  # holds no value to scrub; keep what it is
-            return child, False
-        if isinstance(child, Mapping):
-            return {}, True
-        if isinstance(child, (list, tuple)):
-            return [], True
-        return child, False
-
-    result, is_container = scrub(value)
-    pending: list[tuple[Any, Any]] = [(value, result)] if is_container else []
-    while pending:
-        source, target = pending.pop()
-        if isinstance(target, dict):
-            for key, child in source.items():
-                copy, is_container = scrub(child)
-                target[key] = copy
-                if is_container:
-                    pending.append((child, copy))
-        else:
-            for child in source:
-                copy, is_container = scrub(child)
-                target.append(copy)
-                if is_container:
-                    pending.append((child, copy))
-    return result
+    return _strings_mapped(value, lambda text: pattern.sub(TEXT_PLACEHOLDER, text))
 
 
 def placehold_equal(value: Any, secrets: Iterable[str]) -> Any:
@@ -492,32 +499,7 @@ def placehold_equal(value: Any, secrets: Iterable[str]) -> Any:
     wanted = frozenset(secret for secret in secrets if len(secret) >= MIN_SECRET_LENGTH)
     if not wanted:
         return value
-
-    def copy(child: Any) -> tuple[Any, bool]:
-        if isinstance(child, str):
-            return (placeholder(child) if child in wanted else child), False
-        if type(child) is _MadeHere:
-            return child, False
-        if isinstance(child, Mapping):
-            return {}, True
-        if isinstance(child, (list, tuple)):
-            return [], True
-        return child, False
-
-    root, is_container = copy(value)
-    pending: list[tuple[Any, Any]] = [(value, root)] if is_container else []
-    while pending:
-        source, target = pending.pop()
-        items = source.items() if isinstance(source, Mapping) else enumerate(source)
-        for key, child in items:
-            duplicate, nested = copy(child)
-            if nested:
-                pending.append((child, duplicate))
-            if isinstance(target, dict):
-                target[key] = duplicate
-            else:
-                target.append(duplicate)
-    return root
+    return _strings_mapped(value, lambda text: placeholder(text) if text in wanted else text)
 
 
 def scrub_keys_and_values(value: Any, secrets: Iterable[str]) -> Any:
@@ -530,29 +512,7 @@ def scrub_keys_and_values(value: Any, secrets: Iterable[str]) -> Any:
     if not usable:
         return value
 
-    def copy(child: Any) -> tuple[Any, bool]:
-        if isinstance(child, str):
-            return scrub_secret_values(child, usable), False
-        if type(child) is _MadeHere:  # holds no value to scrub; keep what it is
-            return child, False
-        if isinstance(child, Mapping):
-            return {}, True
-        if isinstance(child, (list, tuple)):
-            return [], True
-        return child, False
+    def scrub(text: str) -> str:
+        return scrub_secret_values(text, usable)
 
-    root, is_container = copy(value)
-    pending: list[tuple[Any, Any]] = [(value, root)] if is_container else []
-    while pending:
-        source, target = pending.pop()
-        items = source.items() if isinstance(source, Mapping) else enumerate(source)
-        for key, child in items:
-            duplicate, nested = copy(child)
-            if nested:
-                pending.append((child, duplicate))
-            if isinstance(target, dict):
-                name = scrub_secret_values(key, usable) if isinstance(key, str) else key
-                target[name] = duplicate
-            else:
-                target.append(duplicate)
-    return root
+    return _strings_mapped(value, scrub, scrub)
