@@ -572,7 +572,9 @@ def _wrap(handler: Handler) -> Handler:
 class _Failsafe:
     """Any route's failure becomes a JSON error and one log line, never a traceback: ``503``
     for the store's (a full disk, a corrupt database), ``500`` otherwise. Once the answer has
-    started, the connection is closed instead (there is no status left to change)."""
+    started, the connection is closed instead (there is no status left to change). What the
+    request's own ``receive`` raises (the guard's body timeout, a client that went away) is no
+    failure of the route and goes on to whoever wraps this application."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -582,6 +584,7 @@ class _Failsafe:
             await self.app(scope, receive, send)
             return
         started = False
+        received: list[BaseException] = []
 
         async def tracked(message: Message) -> None:
             nonlocal started
@@ -589,9 +592,18 @@ class _Failsafe:
                 started = True
             await send(message)
 
+        async def receiving() -> Message:
+            try:
+                return await receive()
+            except BaseException as error:
+                received.append(error)
+                raise
+
         try:
-            await self.app(scope, receive, tracked)
+            await self.app(scope, receiving, tracked)
         except Exception as error:
+            if any(error is raised for raised in received):
+                raise
             if started:
                 _log.error("reproit-otel ingest: an answer failed: %s", type(error).__name__)
                 return
