@@ -227,7 +227,7 @@ class HttpxCall:
         body = tap.fields(content_type, exact=True)
         text = body.get("body")
         body = _text_body_redacted(body, content_type)
-        if body.get("body") is not text:  # redacted: the exact bytes would still hold it
+        if body.get("body") != text:  # redacted: the exact bytes would still hold it
             body.pop(EXACT_BYTES_FIELD, None)
         response.update(body)
         if "body" in body:

@@ -209,8 +209,9 @@ def test_a_secret_name_in_a_non_utf8_body_drops_the_exact_copy(upstream: str) ->
     [effect] = [e for e in events if e["kind"] == "effect"]
     response = effect["exchange"]["response"]
     assert "bodyBase64" not in response
-    # The text's own redaction made a placeholder under the secret key; the exchange's
-    # structural redaction (section 3.2) then replaces that value like any other.
+    # The text's own redaction made the placeholder of the secret under its key; the
+    # exchange's structural redaction keeps a placeholder this process made (its type and
+    # length are what replay's stand-in is made from).
     assert response["body"] == {
-        "password": {"$reproit": {"redacted": True, "type": "object", "length": None}}
+        "password": {"$reproit": {"redacted": True, "type": "string", "length": 4}}
     }
