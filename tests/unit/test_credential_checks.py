@@ -349,11 +349,17 @@ def test_a_flask_login_remember_cookie_is_served_by_its_user_id(
 
 
 @pytest.fixture(scope="module")
-def django_settings() -> None:
+def django_settings() -> Iterator[None]:
+    # Another test of the session may have configured Django already, without a key: the key
+    # is then set on those settings (Django cannot restore an empty key, reading it raises).
     from django.conf import settings
 
     if not settings.configured:
         settings.configure(SECRET_KEY="production-django-key", USE_TZ=True)
+    else:
+        settings.SECRET_KEY = "production-django-key"
+        settings.USE_TZ = True
+    yield
 
 
 def test_django_signing_records_the_payload_and_nested_checks_belong_to_it(
