@@ -24,6 +24,7 @@ import http.client
 import json
 import os
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -40,6 +41,23 @@ def _fetch(base: str, path: str, timeout: float) -> list[Any]:
         return [path, response.status, headers, response.read().decode("latin-1")]
     finally:
         connection.close()
+
+
+def _settled_count(folder: str) -> int:
+    """How many dumps ``folder`` holds once no new one has come for a second (at most 10 s).
+
+    A response goes out as the application yields it, so the client can have the last byte
+    before the server's thread has ended the body and written the operation's dump."""
+    deadline = time.monotonic() + 10
+    count, since = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        now = len([name for name in os.listdir(folder) if name.endswith(".json")])
+        if now != count:
+            count, since = now, time.monotonic()
+        elif time.monotonic() - since >= 1:
+            break
+        time.sleep(0.05)
+    return count
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {"answers": answers}
     dump = os.environ.get("REPROIT_DEBUG_DUMP")
     if dump:
-        result["dumps"] = len([name for name in os.listdir(dump) if name.endswith(".json")])
+        result["dumps"] = _settled_count(dump)
     print(json.dumps(result), flush=True)
     faulthandler.cancel_dump_traceback_later()
     server.stop()
