@@ -31,6 +31,7 @@ import logging
 import os
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -382,6 +383,12 @@ def test_a_real_ingest_stores_no_secret(
             del headers[TRACE_HEADER]
             assert fetch(service.base, "POST", path, body, headers)[0] == 500
             [uploader] = [s for s in service.sinks() if isinstance(s, Uploader)]
+            # The response reaches the client as it is yielded, before the server thread has
+            # closed the operation: flush() only waits for what is already queued.
+            for _ in range(400):
+                if uploader.stats()["captured_operations"] >= 1:
+                    break
+                time.sleep(0.025)
             assert uploader.flush(20) is True
             assert uploader.stats()["sent_batches"] == 1
         env = {**os.environ, "REPROIT_API_KEY": "team-key"}
