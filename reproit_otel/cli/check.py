@@ -46,6 +46,7 @@ from reproit_otel.check.run import (
     ReplayNotArmedError,
     check_capsule,
 )
+from reproit_otel.cli.occurrences import add_ingest_arguments
 from reproit_otel.cli.terminal import json_text, say, shown
 from reproit_otel.errors import CapsuleError
 
@@ -99,19 +100,7 @@ def register(subparsers: Any) -> None:
         default=BOOT_TIMEOUT_S,
         help=f"seconds to wait for the application to answer HTTP (default {BOOT_TIMEOUT_S:g})",
     )
-    parser.add_argument(
-        "--ingest",
-        default=None,
-        metavar="URL",
-        help="the ingest to pull an occurrence from (default $REPROIT_INGEST_URL, else "
-        "http://127.0.0.1:8765)",
-    )
-    parser.add_argument(
-        "--api-key",
-        default=None,
-        metavar="KEY",
-        help="bearer key for the ingest (default $REPROIT_API_KEY)",
-    )
+    add_ingest_arguments(parser, "the ingest to pull an occurrence from")
     parser.add_argument(
         "--header",
         dest="headers",

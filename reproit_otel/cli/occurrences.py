@@ -213,16 +213,24 @@ def _suppressed() -> Callable[[], None]:
     return lambda: detach(token)
 
 
-def _common(parser: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
+def add_ingest_arguments(parser: argparse.ArgumentParser, what: str = "the ingest") -> None:
+    """``--ingest URL`` and ``--api-key KEY``, for every subcommand that talks to an ingest."""
     parser.add_argument(
         "--ingest",
         default=None,
         metavar="URL",
-        help=f"the ingest (default ${INGEST_URL_ENV}, else {DEFAULT_INGEST_URL})",
+        help=f"{what} (default ${INGEST_URL_ENV}, else {DEFAULT_INGEST_URL})",
     )
     parser.add_argument(
-        "--api-key", default=None, metavar="KEY", help=f"bearer key (default ${API_KEY_ENV})"
+        "--api-key",
+        default=None,
+        metavar="KEY",
+        help=f"bearer key for the ingest (default ${API_KEY_ENV})",
     )
+
+
+def _common(parser: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
+    add_ingest_arguments(parser)
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds (default 10)")
     if json_flag:
         parser.add_argument("--json", action="store_true", help="print the server's JSON")

@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from reproit_otel.cli.occurrences import add_ingest_arguments
 from reproit_otel.cli.terminal import say, shown
 from reproit_otel.errors import CapsuleError, ConfigurationError
 from reproit_otel.regression import (
@@ -98,19 +99,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="replace the capsule of the existing regression NAME with CAPSULE, keeping its test",
     )
-    parser.add_argument(
-        "--ingest",
-        default=None,
-        metavar="URL",
-        help="the ingest to pull an occurrence from (default $REPROIT_INGEST_URL, else "
-        "http://127.0.0.1:8765)",
-    )
-    parser.add_argument(
-        "--api-key",
-        default=None,
-        metavar="KEY",
-        help="bearer key for the ingest (default $REPROIT_API_KEY)",
-    )
+    add_ingest_arguments(parser, "the ingest to pull an occurrence from")
     parser.set_defaults(handler=run)
 
 
