@@ -12,10 +12,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ import pytest
 
 from reproit_otel.cli.occurrences import MAX_ANSWER_BYTES
 from tests.integration.served_ingest import cli_command
+from tests.integration.upstream import serving
 
 CAPSULE = {
     "format": "reproit-backend-capture",
@@ -71,13 +71,8 @@ class _Hostile(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def hostile() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(_Hostile) as base:
+        yield base
 
 
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from threading import Thread
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -26,6 +25,7 @@ from reproit_otel.wire.capsule import capsule_from_batch
 from reproit_otel.wire.validate import validate_capture_batch
 from tests.integration.requests_helpers import capturing
 from tests.integration.test_requests_replay import no_sockets, replaying
+from tests.integration.upstream import serving
 
 SSE = (b'data: {"n": 1.0}\n\n', b"event: tick\ndata: \xc3\xa9\n\n", b"data: done\n\n")
 
@@ -72,14 +72,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def upstream() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_Handler) as base:
+        yield base
 
 
 def _json_or_error(response: requests.Response) -> Any:

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from threading import Thread
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -25,6 +24,7 @@ from urllib3.response import HTTPResponse
 from reproit_otel.instrumentation import _requests_reads
 from tests.integration.requests_helpers import capsule_of, capturing
 from tests.integration.test_requests_replay import no_sockets, replaying
+from tests.integration.upstream import serving
 
 BODY = b'{"total": 9.0, "note": "gr\\u00fc\\u00dfe"}' + bytes(range(200, 256))
 CHUNKS = (b"first,", b"second,", b"third")
@@ -55,14 +55,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def upstream() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_Handler) as base:
+        yield base
 
 
 def _tapped(response: requests.Response) -> list[str]:

@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus
@@ -38,6 +37,7 @@ from reproit_otel.redaction.core import placeholder
 from reproit_otel.wire.capsule import capsule_from_batch, capsule_text
 from tests.integration.loopback_ingest import LoopbackIngest
 from tests.integration.pytest_runs import SampleProject
+from tests.integration.upstream import serving
 from tests.reliability.harness import fetch, served
 
 pytestmark = pytest.mark.postgres
@@ -107,13 +107,8 @@ class _Echo(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(_Echo) as base:
+        yield base
 
 
 @pytest.fixture

@@ -23,9 +23,8 @@ the recorded one was), and a drifted call's DIVERGENCE line holds no planted val
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +40,7 @@ from reproit_otel.replay import install_replay, uninstall_replay
 from reproit_otel.wire.capsule import capsule_from_batch, capsule_text
 from reproit_otel.wire.standins import untagged
 from tests.integration.loopback_ingest import LoopbackIngest
-from tests.integration.upstream import closed_port
+from tests.integration.upstream import closed_port, serving
 from tests.reliability.harness import fetch, served
 
 pytestmark = pytest.mark.postgres
@@ -105,13 +104,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(_Handler) as base:
+        yield base
 
 
 @pytest.fixture
