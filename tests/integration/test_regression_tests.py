@@ -120,6 +120,20 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
+def _capturing(service: str, ingest: ServedIngest) -> dict[str, str]:
+    """What switches capture on for ``service`` under ``opentelemetry-instrument``."""
+    return {
+        "OTEL_SERVICE_NAME": service,
+        "OTEL_TRACES_EXPORTER": "reproit",
+        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_LOGS_EXPORTER": "none",
+        "REPROIT_ENDPOINT": f"{ingest.base_url}/v1/capture-batches",
+        "REPROIT_API_KEY": KEY,
+        "REPROIT_APP_ID": service,
+        "REPROIT_FLUSH_INTERVAL_MS": "100",
+    }
+
+
 def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         cli_command(*args),
@@ -194,14 +208,7 @@ def captured(tmp_path_factory: pytest.TempPathFactory, postgres_dsn: str) -> Ite
             PORT=str(port),
             ORDERS_DSN=postgres_dsn,
             RATES_URL=upstream.base,
-            OTEL_SERVICE_NAME="orders",
-            OTEL_TRACES_EXPORTER="reproit",
-            OTEL_METRICS_EXPORTER="none",
-            OTEL_LOGS_EXPORTER="none",
-            REPROIT_ENDPOINT=f"{ingest.base_url}/v1/capture-batches",
-            REPROIT_API_KEY=KEY,
-            REPROIT_APP_ID="orders",
-            REPROIT_FLUSH_INTERVAL_MS="100",
+            **_capturing("orders", ingest),
         ),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -555,14 +562,7 @@ def test_a_django_ledger_failure_becomes_a_regression(tmp_path: Path) -> None:
             cwd=project,
             env=_env(
                 **settings,
-                OTEL_SERVICE_NAME="ledger",
-                OTEL_TRACES_EXPORTER="reproit",
-                OTEL_METRICS_EXPORTER="none",
-                OTEL_LOGS_EXPORTER="none",
-                REPROIT_ENDPOINT=f"{ingest.base_url}/v1/capture-batches",
-                REPROIT_API_KEY=KEY,
-                REPROIT_APP_ID="ledger",
-                REPROIT_FLUSH_INTERVAL_MS="100",
+                **_capturing("ledger", ingest),
             ),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
