@@ -36,12 +36,12 @@ psycopg2 or psycopg 3 alike. What is psycopg 3 here:
 * ``info`` answers from the DSN and the recorded server parameters (``server_version`` from
   the recorded ``server_version`` parameter, else 15.0; ``timezone`` from ``TimeZone``);
   ``adapters`` is a real ``AdaptersMap``; ``TypeInfo.fetch`` (SQLAlchemy's hstore probe)
-  runs its catalogue query through the stub; ``psycopg.Cursor(conn)`` and the other cursor
-  classes built on a stub connection give a stub cursor.
+  runs its catalogue query through the stub.
 
 Limits: a connection subclass's own methods do not run (the stub replaces the class); a
-``cursor_factory`` (OpenTelemetry's traced cursor among them) is not used, so statement spans
-of OpenTelemetry's psycopg instrumentation are not produced in replay; ``copy()``, pipelines'
+``cursor_factory`` (``ClientCursor``, OpenTelemetry's traced cursor) is not used, so statement
+spans of OpenTelemetry's psycopg instrumentation are not produced in replay; a cursor class
+instantiated directly on a stub connection (``psycopg.Cursor(conn)``) is refused by psycopg; ``copy()``, pipelines'
 batching, ``notifies`` and large objects are not replayed (``copy()`` diverges).
 """
 
@@ -147,19 +147,29 @@ class _StubResult:
         return oid if isinstance(oid, int) else 0
 
     def fmod(self, index: int) -> int:
-        _, oid, display, _size, precision, scale = self._columns[index][:6]
+        # The type modifier, rebuilt from what a description shows (psycopg2 gives a varchar's
+        # length as internal_size, psycopg 3 as display_size).
+        _, oid, display, size, precision, scale = self._columns[index][:6]
         if oid == 1700 and isinstance(precision, int) and precision > 0:
             return ((precision << 16) | (scale if isinstance(scale, int) else 0)) + 4
-        if oid in (1042, 1043) and isinstance(display, int) and display > 0:
-            return display + 4
+        if oid in (1042, 1043):
+            for length in (display, size):
+                if isinstance(length, int) and length > 0:
+                    return length + 4
         return -1
 
     def fsize(self, index: int) -> int:
-        size = self._columns[index][3]
-        return size if isinstance(size, int) else -1
+        oid, size = self._columns[index][1], self._columns[index][3]
+        if oid in _VARIABLE or not isinstance(size, int):
+            return -1
+        return size
 
     def fformat(self, index: int) -> int:
         return 0
+
+
+# Types whose storage size is variable (psycopg2 shows a length or precision as internal_size).
+_VARIABLE = frozenset({1042, 1043, 1700})
 
 
 def _column_entry(entry: Any) -> list[Any]:
@@ -302,12 +312,13 @@ class _CursorCore:
         self.statusmessage = message if isinstance(message, str) else None
         self.rowcount = driver_rowcount(command, count, entries is not None)
         zone = self._conn.info.timezone
+        adapters = self._conn.adapters
         if entries is None:
             self._rows = []
         else:
             keys = column_keys([str(entry[0]) for entry in entries])
             oids = [entry[1] for entry in entries]
-            self._rows = [_row(keys, oids, row, zone) for row in raw_rows]
+            self._rows = [_row(keys, oids, row, zone, adapters) for row in raw_rows]
         self.pgresult = _StubResult(entries, len(self._rows), self.statusmessage or "")
         self._pos = 0
         self.rownumber = 0 if entries is not None else None
@@ -315,7 +326,7 @@ class _CursorCore:
         self._make_row = None
         if entries is not None and self.name:
             self._described = True  # psycopg describes a named cursor's portal on execute
-            self.rowcount = 0
+            self.rowcount = -1  # and keeps no count (rownumber counts the rows fetched)
 
     # -- fetching
 
@@ -343,8 +354,6 @@ class _CursorCore:
         taken = self._rows[start:end]
         self._pos = end
         self.rownumber = end
-        if self.name:
-            self.rowcount = end
         make = self._maker()
         return [make(values) for values in taken]
 
@@ -382,7 +391,9 @@ def _tuples_ok() -> Any:
     return ExecStatus.TUPLES_OK
 
 
-def _row(keys: list[str], oids: list[Any], row: Any, zone: dt.tzinfo | None) -> tuple[Any, ...]:
+def _row(
+    keys: list[str], oids: list[Any], row: Any, zone: dt.tzinfo | None, adapters: Any
+) -> tuple[Any, ...]:
     if isinstance(row, Mapping):
         raw = [row.get(key) for key in keys]
     elif isinstance(row, list):
@@ -390,7 +401,7 @@ def _row(keys: list[str], oids: list[Any], row: Any, zone: dt.tzinfo | None) -> 
     else:
         raw = [row]
     return tuple(
-        served_value(decode(value), oids[index] if index < len(oids) else None, zone)
+        served_value(decode(value), oids[index] if index < len(oids) else None, zone, adapters)
         for index, value in enumerate(raw)
     )
 
@@ -629,13 +640,10 @@ class _StubInfo:
 
     @property
     def timezone(self) -> dt.tzinfo:
-        name = self._conn._reproit_parameters.get("TimeZone", "UTC")
-        try:
-            from zoneinfo import ZoneInfo
+        from psycopg._tz import get_tzinfo  # psycopg's own reading of TimeZone
 
-            return ZoneInfo(name)
-        except Exception:  # an offset spelling zoneinfo does not know
-            return dt.timezone.utc
+        zone: dt.tzinfo = get_tzinfo(self._conn.pgconn)  # type: ignore[arg-type]
+        return zone
 
     def parameter_status(self, param_name: str) -> str | None:
         return self._conn._reproit_parameters.get(param_name)
@@ -736,7 +744,9 @@ class _ConnectionCore:
 
         info = self.info
         if failed:
-            if info.transaction_status != TransactionStatus.IDLE:
+            # Outside autocommit the statement began a transaction first; in autocommit
+            # only an open transaction() block is left in error.
+            if not self._autocommit or info.transaction_status != TransactionStatus.IDLE:
                 info.transaction_status = TransactionStatus.INERROR
             return
         if not self._autocommit and info.transaction_status == TransactionStatus.IDLE:
@@ -1005,15 +1015,11 @@ def _marked(function: Any) -> Any:
     return function
 
 
-_MISSING = object()
-
-
 class PsycopgReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """Serve every psycopg 3 connection from the active replay session (see the module doc).
 
     ``instrument()`` patches ``psycopg.connect``, ``Connection.connect``,
-    ``AsyncConnection.connect``, cursor construction on a stub connection and
-    ``TypeInfo.fetch``; ``uninstrument()`` restores every original exactly.
+    ``AsyncConnection.connect`` and ``TypeInfo.fetch``; ``uninstrument()`` restores every original exactly.
     ``instrument(secret_values=(...))`` names the values to scrub from live statements before
     matching (default: the configured ``REPROIT_SECRET_VALUES``).
     """
@@ -1026,7 +1032,6 @@ class PsycopgReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
     def _instrument(self, **kwargs: Any) -> None:
         import psycopg
-        from psycopg import _cursor_base
         from psycopg.types import TypeInfo
 
         self._patches = []
@@ -1050,14 +1055,6 @@ class PsycopgReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         self._patch(psycopg.AsyncConnection, "connect", classmethod(_marked(connect_async)))
         self._patch(psycopg, "connect", _marked(module_connect))
 
-        def new_cursor(cls: Any, connection: Any = None, *args: Any, **options: Any) -> Any:
-            if isinstance(connection, _ConnectionCore):
-                name = args[0] if args and isinstance(args[0], str) else options.pop("name", "")
-                return connection._cursor_class(connection, name, **options)
-            return object.__new__(cls)
-
-        self._patch(_cursor_base.BaseCursor, "__new__", _marked(new_cursor))
-
         original_fetch = TypeInfo.__dict__["fetch"].__func__
 
         def fetch(cls: Any, conn: Any, name: Any) -> Any:
@@ -1068,16 +1065,14 @@ class PsycopgReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         self._patch(TypeInfo, "fetch", classmethod(_marked(fetch)))
 
     def _patch(self, owner: Any, name: str, replacement: Any) -> None:
-        original = owner.__dict__.get(name, _MISSING)
-        self._patches.append((owner, name, original))
+        self._patches.append(
+            (owner, name, owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name))
+        )
         setattr(owner, name, replacement)
 
     def _uninstrument(self, **kwargs: Any) -> None:
         for owner, name, original in reversed(getattr(self, "_patches", [])):
-            if original is _MISSING:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, original)
+            setattr(owner, name, original)
         self._patches = []
 
 

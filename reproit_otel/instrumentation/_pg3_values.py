@@ -105,17 +105,45 @@ _ARRAYS = {
 _RANGES = frozenset({3904, 3906, 3908, 3910, 3912, 3926})
 
 
-def served_value(value: Any, oid: Any, zone: dt.tzinfo | None) -> Any:
-    """``value`` (already decoded) as psycopg 3 returns a value of type ``oid``."""
+# Types psycopg 3 returns as str: a str recorded for them is already what it returns.
+_TEXTUAL = frozenset({0, 18, 19, 25, 142, 705, 1042, 1043})
+
+
+def served_value(value: Any, oid: Any, zone: dt.tzinfo | None, adapters: Any = None) -> Any:
+    """``value`` (already decoded) as psycopg 3 returns a value of type ``oid``.
+
+    A ``str`` recorded for a type psycopg 3 does not return as ``str`` (psycopg2 returns
+    ``uuid[]``, ``inet`` and types it has no caster for as their text) is loaded by psycopg's
+    own text loader for the type, found in ``adapters`` (psycopg's ``AdaptersMap``).
+    """
     if value is None or not isinstance(oid, int):
         return value
+    if isinstance(value, str) and adapters is not None and oid not in _TEXTUAL:
+        loaded = _load_text(value, oid, adapters)
+        if loaded is not _UNLOADED:
+            return loaded
     element = _ARRAYS.get(oid)
     if element is not None and isinstance(value, list):
-        return [served_value(item, element, zone) for item in value]
+        return [served_value(item, element, zone, adapters) for item in value]
     try:
         return _convert(value, oid, zone)
     except (ValueError, TypeError):  # not what the type's loader would see: as recorded
         return value
+
+
+_UNLOADED = object()
+
+
+def _load_text(value: str, oid: int, adapters: Any) -> Any:
+    from psycopg.pq import Format
+
+    try:
+        loader = adapters.get_loader(oid, Format.TEXT)
+        if loader is None:
+            return _UNLOADED
+        return loader(oid, None).load(value.encode("utf-8"))
+    except Exception:  # not what the type's loader reads: served as recorded
+        return _UNLOADED
 
 
 def _convert(value: Any, oid: int, zone: dt.tzinfo | None) -> Any:
@@ -132,7 +160,13 @@ def _convert(value: Any, oid: int, zone: dt.tzinfo | None) -> Any:
     if oid == 1184 and isinstance(value, dt.datetime) and value.tzinfo is not None:
         return value.astimezone(zone) if zone is not None else value
     if oid in _RANGES:
-        return _range(value)
+        served = _range(value)
+        if oid == 3910 and zone is not None and not getattr(served, "isempty", True):
+            # tstzrange bounds are loaded in the connection's time zone, like timestamptz.
+            lower = served_value(served.lower, 1184, zone)
+            upper = served_value(served.upper, 1184, zone)
+            return type(served)(lower, upper, served.bounds)
+        return served
     return value
 
 
