@@ -230,6 +230,9 @@ if TYPE_CHECKING:  # pragma: no cover - static types of the lazily loaded names
         ToolCallError,
         TraceError,
     )
+    from reproit_otel.instrumentation._pg3_replay import (
+        PsycopgReplayInstrumentor,
+    )
     from reproit_otel.instrumentation.asgi import (
         ReproitASGIMiddleware,
     )
@@ -238,9 +241,6 @@ if TYPE_CHECKING:  # pragma: no cover - static types of the lazily loaded names
     )
     from reproit_otel.instrumentation.invoke import (
         boundary,
-    )
-    from reproit_otel.instrumentation._pg3_replay import (
-        PsycopgReplayInstrumentor,
     )
     from reproit_otel.instrumentation.psycopg2 import (
         Psycopg2ReplayInstrumentor,

@@ -41,8 +41,9 @@ psycopg2 or psycopg 3 alike. What is psycopg 3 here:
 Limits: a connection subclass's own methods do not run (the stub replaces the class); a
 ``cursor_factory`` (``ClientCursor``, OpenTelemetry's traced cursor) is not used, so statement
 spans of OpenTelemetry's psycopg instrumentation are not produced in replay; a cursor class
-instantiated directly on a stub connection (``psycopg.Cursor(conn)``) is refused by psycopg; ``copy()``, pipelines'
-batching, ``notifies`` and large objects are not replayed (``copy()`` diverges).
+instantiated directly on a stub connection (``psycopg.Cursor(conn)``) is refused by psycopg;
+``copy()``, pipelines' batching, ``notifies`` and large objects are not replayed (``copy()``
+diverges).
 """
 
 from __future__ import annotations
@@ -1019,7 +1020,8 @@ class PsycopgReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """Serve every psycopg 3 connection from the active replay session (see the module doc).
 
     ``instrument()`` patches ``psycopg.connect``, ``Connection.connect``,
-    ``AsyncConnection.connect`` and ``TypeInfo.fetch``; ``uninstrument()`` restores every original exactly.
+    ``AsyncConnection.connect`` and ``TypeInfo.fetch``; ``uninstrument()`` restores every
+    original exactly.
     ``instrument(secret_values=(...))`` names the values to scrub from live statements before
     matching (default: the configured ``REPROIT_SECRET_VALUES``).
     """

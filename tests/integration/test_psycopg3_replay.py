@@ -247,7 +247,7 @@ def _named(conn: psycopg.Connection[Any]) -> list[Any]:
         shown: list[Any] = [_description(cur), cur.rowcount]
         shown.append((cur.fetchmany(2), cur.rowcount, cur.rownumber))
         shown.append((cur.fetchone(), cur.rowcount))
-        shown.append(([row for row in cur], cur.rowcount))
+        shown.append((list(cur), cur.rowcount))
     conn.close()
     return shown
 
@@ -275,10 +275,9 @@ async def _async_run(dsn: str, statements: Statements) -> list[Any]:
                 continue
             rows = await cur.fetchall() if cur.description is not None else None
             shown.append(_shown(cur, rows))
-        async with conn.transaction():
-            async with conn.cursor() as cur:
-                await cur.execute(ITEMS, {"lo": 2})
-                shown.append([row async for row in cur])
+        async with conn.transaction(), conn.cursor() as cur:
+            await cur.execute(ITEMS, {"lo": 2})
+            shown.append([row async for row in cur])
         shown.append(conn.info.transaction_status)
     shown.append(conn.closed)
     return shown
