@@ -373,6 +373,16 @@ class _CursorCore:
     def _close(self) -> None:
         self._closed = True
 
+    def mogrify(self, query: Any, params: Any = None) -> str:
+        """The statement with its parameters merged, as a ``ClientCursor`` would send it."""
+        from psycopg._queries import PostgresClientQuery
+        from psycopg.adapt import Transformer
+
+        query = query if isinstance(query, (str, bytes)) else self._text(query)
+        merged = PostgresClientQuery(Transformer())
+        merged.convert(query, params)
+        return bytes(merged.query).decode("utf-8")
+
     def nextset(self) -> bool | None:
         return None
 
@@ -585,7 +595,7 @@ class _StubInfo:
         self._conn = conn
         self._dsn = dsn
         self._status = ConnStatus
-        self.transaction_status = TransactionStatus.IDLE
+        self._transaction_status = TransactionStatus.IDLE
         self.pipeline_status = PipelineStatus.OFF
         self.vendor = "PostgreSQL"
         self.backend_pid = 0
@@ -595,6 +605,17 @@ class _StubInfo:
     @property
     def status(self) -> Any:
         return self._status.BAD if self._conn.closed else self._status.OK
+
+    @property
+    def transaction_status(self) -> Any:
+        from psycopg.pq import TransactionStatus
+
+        # A closed connection's is UNKNOWN: what makes a pool discard it.
+        return TransactionStatus.UNKNOWN if self._conn.closed else self._transaction_status
+
+    @transaction_status.setter
+    def transaction_status(self, value: Any) -> None:
+        self._transaction_status = value
 
     @property
     def dsn(self) -> str:

@@ -220,8 +220,9 @@ def _transaction_story(conn: psycopg.Connection[Any]) -> list[Any]:
     conn.autocommit = True
     conn.execute("SELECT %s::int", (4,))
     story.append((conn.info.transaction_status, conn.pgconn.transaction_status))
+    story.append(conn.cursor().mogrify("SELECT %s, %s", ("it's", [1, 2])))
     conn.close()
-    story.append((conn.closed, conn.info.status))
+    story.append((conn.closed, conn.info.status, conn.pgconn.transaction_status))
     return story
 
 
@@ -234,9 +235,10 @@ def test_the_transaction_status_follows_as_live(postgres_dsn: str) -> None:
         ("SELECT %s::int", (4,)),
     ]
     capsule = _record(postgres_dsn, statements)
-    live = _transaction_story(psycopg.connect(postgres_dsn))
+    client = psycopg.ClientCursor
+    live = _transaction_story(psycopg.connect(postgres_dsn, cursor_factory=client))
     with replaying(capsule) as session:
-        replayed = _transaction_story(psycopg.connect(closed_port_dsn()))
+        replayed = _transaction_story(psycopg.connect(closed_port_dsn(), cursor_factory=client))
     assert replayed == live
     assert session.usage.report()["unused"] == 0
 
