@@ -238,8 +238,8 @@ class _CursorCore:
         return [psycopg.Column(self, index) for index in range(result.nfields)]
 
     @property
-    def query(self) -> Any:
-        return self._query
+    def query(self) -> bytes | None:
+        return None if self._query is None else self._query.query
 
     @property
     def params(self) -> Any:
@@ -271,7 +271,7 @@ class _CursorCore:
             values: Any = [redact_sql_values(text, encode_params(item)) for item in params]
         else:
             values = None if params is None else redact_sql_values(text, encode_params(params))
-        self._query = text.encode("utf-8")
+        self._query = _SentQuery(self, text, None if many else params)
         self._params = params
         self._load(self._serve(text, values))
 
@@ -394,6 +394,19 @@ class _CursorCore:
 
     def _copy(self, statement: Any) -> Any:
         return diverge(pg_probe(self._text(statement)), "reproit: psycopg COPY cannot be replayed")
+
+
+class _SentQuery:
+    """psycopg's query object (``cursor._query``, which Django reads): the statement with its
+    parameters merged, as a ``ClientCursor`` sends it."""
+
+    def __init__(self, cursor: _CursorCore, text: str, params: Any) -> None:
+        self.params = params
+        try:
+            merged = text if params is None else cursor.mogrify(text, params)
+        except Exception:  # informational only
+            merged = text
+        self.query = merged.encode("utf-8")
 
 
 def _tuples_ok() -> Any:
