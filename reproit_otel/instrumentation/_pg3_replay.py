@@ -38,9 +38,13 @@ psycopg2 or psycopg 3 alike. What is psycopg 3 here:
   ``adapters`` is a real ``AdaptersMap``; ``TypeInfo.fetch`` (SQLAlchemy's hstore probe)
   runs its catalogue query through the stub.
 
+A connection's ``cursor_factory`` of the application's or a library's (OpenTelemetry's traced
+cursor, Django's) is rebuilt on the stub cursor (:mod:`._pg_transplant`), so its methods run:
+OpenTelemetry's psycopg instrumentation makes its statement spans in replay, whether it was
+installed before the replay (the replay then serves beneath its ``connect`` wrapper) or after.
+
 Limits: a connection subclass's own methods do not run (the stub replaces the class); a
-``cursor_factory`` (``ClientCursor``, OpenTelemetry's traced cursor) is not used, so statement
-spans of OpenTelemetry's psycopg instrumentation are not produced in replay; a cursor class
+server-side cursor's factory is not used; a cursor class
 instantiated directly on a stub connection (``psycopg.Cursor(conn)``) is refused by psycopg;
 ``copy()``, pipelines' batching, ``notifies`` and large objects are not replayed (``copy()``
 diverges).
@@ -51,6 +55,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import re
+import weakref
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
 from typing import Any
 
@@ -59,6 +64,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 from reproit_otel.instrumentation._pg3_values import decode, encode_params, served_value
 from reproit_otel.instrumentation._pg_common import driver_rowcount, status_message
 from reproit_otel.instrumentation._pg_serve import diverge, serve, set_secret_values
+from reproit_otel.instrumentation._pg_transplant import transplant
 from reproit_otel.instrumentation._pg_values import column_keys
 from reproit_otel.redaction.sql import redact_sql_values
 from reproit_otel.replay.session import active_session
@@ -702,6 +708,25 @@ _CONNECT_KEYWORDS = frozenset(
 )
 
 
+_factory_classes: weakref.WeakKeyDictionary[type, type] = weakref.WeakKeyDictionary()
+
+
+def _factory_on_stub(factory: Any, stub: type[_CursorCore]) -> type[_CursorCore]:
+    """A connection's ``cursor_factory`` rebuilt on ``stub``, so its own methods run (the
+    OpenTelemetry traced cursor's ``execute`` makes its span; Django's cursor its ``callproc``);
+    psycopg's own cursor classes, or a factory that cannot be rebuilt, give the plain stub."""
+    if not isinstance(factory, type):
+        return stub
+    root = next((c for c in factory.__mro__ if c.__module__.partition(".")[0] == "psycopg"), None)
+    if root is None or root is factory:
+        return stub
+    try:
+        rebuilt: type[_CursorCore] = transplant(factory, root, stub, (), _factory_classes)
+    except Exception:  # a factory replay cannot rebuild: its methods do not run
+        return stub
+    return rebuilt
+
+
 class _Transaction:
     """What ``transaction()`` yields: psycopg's ``Transaction`` attributes."""
 
@@ -768,9 +793,10 @@ class _ConnectionCore:
 
     def _new_cursor(self, name: str, row_factory: Any, scrollable: Any, withhold: bool) -> Any:
         self._check()
-        return self._cursor_class(
-            self, name, row_factory=row_factory, scrollable=scrollable, withhold=withhold
-        )
+        cls = self._cursor_class
+        if not name and self.cursor_factory is not None:
+            cls = _factory_on_stub(self.cursor_factory, cls)
+        return cls(self, name, row_factory=row_factory, scrollable=scrollable, withhold=withhold)
 
     # -- transaction status (what a live connection would show)
 
@@ -1060,7 +1086,7 @@ class PsycopgReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     matching (default: the configured ``REPROIT_SECRET_VALUES``).
     """
 
-    _patches: list[tuple[Any, str, Any]]
+    _patches: list[tuple[Any, str, Any, Any]]
 
     def instrumentation_dependencies(self) -> Collection[str]:
         # psycopg ships with "psycopg-binary" or "psycopg-c"; the import is the real check.
@@ -1085,7 +1111,8 @@ class PsycopgReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             return AsyncStubConnection(conninfo, **options)
 
         def module_connect(conninfo: Any = "", **options: Any) -> Any:
-            return psycopg.Connection.connect(conninfo, **options)
+            # Not through Connection.connect: a wrapper there must not run twice, as live.
+            return StubConnection(conninfo, **options)
 
         self._patch(psycopg.Connection, "connect", classmethod(_marked(connect)))
         self._patch(psycopg.AsyncConnection, "connect", classmethod(_marked(connect_async)))
@@ -1101,15 +1128,35 @@ class PsycopgReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         self._patch(TypeInfo, "fetch", classmethod(_marked(fetch)))
 
     def _patch(self, owner: Any, name: str, replacement: Any) -> None:
-        self._patches.append(
-            (owner, name, owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name))
-        )
+        current = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+        if _is_wrapper(current):
+            # OpenTelemetry's psycopg instrumentation wrapped it first: serve beneath its
+            # wrapper, so its connection handling (the traced cursor factory) still runs.
+            original = current.__wrapped__
+            current.__wrapped__ = replacement
+            self._patches.append((owner, name, original, current))
+            return
+        self._patches.append((owner, name, current, None))
         setattr(owner, name, replacement)
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        for owner, name, original in reversed(getattr(self, "_patches", [])):
-            setattr(owner, name, original)
+        for owner, name, original, wrapper in reversed(getattr(self, "_patches", [])):
+            if wrapper is not None:
+                wrapper.__wrapped__ = original
+            present = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name)
+            if wrapper is None or present is not wrapper:
+                # Ours, or the wrapper was removed first and left ours (or ours bound) there.
+                setattr(owner, name, original)
         self._patches = []
+
+
+def _is_wrapper(value: Any) -> bool:
+    """A ``wrapt`` function wrapper (what OpenTelemetry instrumentations install)."""
+    try:
+        import wrapt
+    except ImportError:
+        return False
+    return isinstance(value, wrapt.FunctionWrapper)
 
 
 def _fetch_type_info(cls: Any, conn: _ConnectionCore, name: Any) -> Any:

@@ -412,3 +412,73 @@ def test_a_capsule_recorded_with_psycopg3_replays_under_psycopg2(postgres_dsn: s
         "memoryview", "list", "Decimal", "datetime", "dict", "NumericRange", "NumericRange",
         "DateRange", "DateTimeRange", "DateTimeTZRange", "NumericRange",
     ]  # fmt: skip
+
+
+def _spans_of(dsn: str, otel_first: bool, capsule: dict[str, Any] | None) -> list[Any]:
+    """The spans OpenTelemetry's psycopg instrumentation makes for one sync and one async
+    statement, live (``capsule`` None) or replayed, installed before or after the replay."""
+    from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    otel = PsycopgInstrumentor()
+
+    async def async_call() -> Any:
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            return await (await conn.execute(ITEMS, {"lo": 2})).fetchall()
+
+    def calls() -> Any:
+        with psycopg.connect(dsn) as conn:
+            first = conn.execute(ITEMS, {"lo": 1}).fetchall()
+        return first, asyncio.run(async_call())
+
+    if otel_first:
+        otel.instrument(tracer_provider=provider, skip_dep_check=True)
+    try:
+        if capsule is None:
+            if not otel_first:
+                otel.instrument(tracer_provider=provider, skip_dep_check=True)
+            results = calls()
+        else:
+            with replaying(capsule):
+                if not otel_first:
+                    otel.instrument(tracer_provider=provider, skip_dep_check=True)
+                results = calls()
+    finally:
+        otel.uninstrument()
+    assert results == ([(1, "pen"), (2, "ink")], [(2, "ink")])
+    return [
+        (span.name, span.attributes.get("db.statement"), span.attributes.get("db.system"))
+        for span in exporter.get_finished_spans()
+    ]
+
+
+@pytest.fixture
+def psycopg_connects() -> Iterator[None]:
+    """Put psycopg's own ``connect`` back: OpenTelemetry's ``uninstrument`` leaves a bound
+    method on the class (a subclass's ``connect`` would then make a plain ``Connection``)."""
+    saved = (
+        psycopg.connect,
+        psycopg.Connection.__dict__["connect"],
+        psycopg.AsyncConnection.__dict__["connect"],
+    )
+    yield
+    psycopg.connect = saved[0]
+    psycopg.Connection.connect = saved[1]  # type: ignore[method-assign]
+    psycopg.AsyncConnection.connect = saved[2]  # type: ignore[method-assign]
+
+
+@pytest.mark.usefixtures("psycopg_connects")
+@pytest.mark.parametrize("otel_first", [True, False], ids=["otel-first", "replay-first"])
+def test_opentelemetry_statement_spans_are_made_in_replay(
+    postgres_dsn: str, otel_first: bool
+) -> None:
+    capsule = _record(postgres_dsn, [(ITEMS, {"lo": 1}), (ITEMS, {"lo": 2})])
+    live = _spans_of(postgres_dsn, otel_first, None)
+    replayed = _spans_of(closed_port_dsn(), otel_first, capsule)
+    assert replayed == live
+    assert [span[0] for span in live] == ["SELECT", "SELECT"]
