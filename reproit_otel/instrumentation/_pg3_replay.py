@@ -36,7 +36,8 @@ psycopg2 or psycopg 3 alike. What is psycopg 3 here:
 * ``info`` answers from the DSN and the recorded server parameters (``server_version`` from
   the recorded ``server_version`` parameter, else 15.0; ``timezone`` from ``TimeZone``);
   ``adapters`` is a real ``AdaptersMap``; ``TypeInfo.fetch`` (SQLAlchemy's hstore probe)
-  runs its catalogue query through the stub.
+  runs its catalogue query through the stub; ``psycopg.sql`` objects render with a stub as
+  their context (``as_string(conn)``) as they do without a connection.
 
 A connection's ``cursor_factory`` of the application's or a library's (OpenTelemetry's traced
 cursor, Django's) is rebuilt on the stub cursor (:mod:`._pg_transplant`), so its methods run:
@@ -1080,8 +1081,8 @@ class PsycopgReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """Serve every psycopg 3 connection from the active replay session (see the module doc).
 
     ``instrument()`` patches ``psycopg.connect``, ``Connection.connect``,
-    ``AsyncConnection.connect`` and ``TypeInfo.fetch``; ``uninstrument()`` restores every
-    original exactly.
+    ``AsyncConnection.connect``, ``TypeInfo.fetch`` and the ``psycopg.sql`` renderers;
+    ``uninstrument()`` restores every original exactly.
     ``instrument(secret_values=(...))`` names the values to scrub from live statements before
     matching (default: the configured ``REPROIT_SECRET_VALUES``).
     """
@@ -1117,6 +1118,14 @@ class PsycopgReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         self._patch(psycopg.Connection, "connect", classmethod(_marked(connect)))
         self._patch(psycopg.AsyncConnection, "connect", classmethod(_marked(connect_async)))
         self._patch(psycopg, "connect", _marked(module_connect))
+
+        from psycopg import sql
+
+        renderers = (sql.Composable, sql.Composed, sql.SQL, sql.Identifier, sql.Literal)
+        for owner in (*renderers, sql.Placeholder):
+            for method in ("as_bytes", "as_string"):
+                if method in owner.__dict__:
+                    self._patch(owner, method, _without_stub(owner.__dict__[method]))
 
         original_fetch = TypeInfo.__dict__["fetch"].__func__
 
@@ -1157,6 +1166,18 @@ def _is_wrapper(value: Any) -> bool:
     except ImportError:
         return False
     return isinstance(value, wrapt.FunctionWrapper)
+
+
+def _without_stub(method: Any) -> Any:
+    """A ``psycopg.sql`` rendering method that renders for a stub as without a connection
+    (psycopg would read the stub's libpq connection to escape identifiers and literals)."""
+
+    def render(self: Any, context: Any = None) -> Any:
+        if isinstance(context, (_ConnectionCore, _CursorCore)):
+            context = None
+        return method(self, context)
+
+    return _marked(render)
 
 
 def _fetch_type_info(cls: Any, conn: _ConnectionCore, name: Any) -> Any:

@@ -482,3 +482,39 @@ def test_opentelemetry_statement_spans_are_made_in_replay(
     replayed = _spans_of(closed_port_dsn(), otel_first, capsule)
     assert replayed == live
     assert [span[0] for span in live] == ["SELECT", "SELECT"]
+
+
+def _composed(sql: Any) -> Any:
+    return sql.SQL("SELECT {}, {} FROM (VALUES (1, 'pen')) AS {} WHERE {} = %s").format(
+        sql.Identifier("t", "id"),
+        sql.Literal("o'k"),
+        sql.SQL("t ({})").format(sql.SQL(", ").join([sql.Identifier("id"), sql.Identifier("n")])),
+        sql.Identifier("n"),
+    )
+
+
+def test_psycopg_sql_compositions_render_on_a_stub_as_live(postgres_dsn: str) -> None:
+    from psycopg import sql as sql3
+    from psycopg2 import sql as sql2
+
+    def app(connect: Callable[..., Any]) -> Any:
+        with connect().cursor() as cur:
+            cur.execute(_composed(sql2), ("pen",))
+            return cur.fetchall()
+
+    capsule = record(postgres_dsn, app, otel=False).capsule()
+
+    def run(conn: psycopg.Connection[Any]) -> Any:
+        with conn:
+            text = _composed(sql3).as_string(conn)
+            with conn.cursor() as cur:
+                return text, cur.execute(_composed(sql3), ("pen",)).fetchall()
+
+    live = run(psycopg.connect(postgres_dsn))
+    with replaying(capsule) as session:
+        replayed = run(psycopg.connect(closed_port_dsn()))
+    assert replayed == live
+    assert live[0] == (
+        'SELECT "t"."id", \'o\'\'k\' FROM (VALUES (1, \'pen\')) AS t ("id", "n") WHERE "n" = %s'
+    )
+    assert session.usage.report()["unused"] == 0
