@@ -25,8 +25,9 @@ psycopg2 or psycopg 3 alike. What is psycopg 3 here:
   yours) runs as it does live. Values come back as psycopg 3 returns them for the column's
   type (:func:`~._pg3_values.served_value`).
 * A recorded error is raised as the ``psycopg.errors`` class of its SQLSTATE (else of its
-  recorded class name, else ``psycopg.DatabaseError``), with ``sqlstate`` and the primary
-  message in ``diag``.
+  recorded class name, else ``psycopg.DatabaseError``), with psycopg's message, ``sqlstate``
+  and in ``diag`` the SQLSTATE, the primary message and, from the recorded libpq text
+  (``pgerror``), the severity, detail and hint (other ``diag`` fields are not recorded).
 * ``transaction()`` (nested: savepoints), ``commit``/``rollback``, ``autocommit`` and the
   ``with`` block follow the transaction status a live connection would show
   (``info.transaction_status``, ``pgconn.transaction_status``: what ``psycopg_pool`` reads to
@@ -123,12 +124,37 @@ def rebuild_error(fields: Mapping[str, Any]) -> BaseException:
             cls = found
     if cls is None:
         cls = psycopg.DatabaseError
-    primary = message.split("\n", 1)[0]
-    info: dict[Any, bytes] = {DiagnosticField.MESSAGE_PRIMARY: primary.encode("utf-8")}
+    # psycopg's message is libpq's text without its severity and final newline (psycopg2
+    # keeps the newline); diag holds what libpq's text tells (psycopg2's pgerror).
+    message = message.rstrip("\n")
+    info: dict[Any, bytes] = {
+        DiagnosticField.MESSAGE_PRIMARY: message.split("\n", 1)[0].encode("utf-8")
+    }
     if isinstance(code, str) and code:
         info[DiagnosticField.SQLSTATE] = code.encode("utf-8")
+    pgerror = fields.get("pgerror")
+    if isinstance(pgerror, str):
+        info.update(_diagnostics(pgerror))
     error: BaseException = cls(message, info=info)
     return error
+
+
+def _diagnostics(pgerror: str) -> dict[Any, bytes]:
+    """Severity, detail and hint from libpq's error text (``ERROR:  ...\nDETAIL:  ...``)."""
+    from psycopg.pq import DiagnosticField
+
+    found: dict[Any, bytes] = {}
+    lines = pgerror.split("\n")
+    severity, colon, _ = lines[0].partition(":  ")
+    if colon and severity.isupper():
+        found[DiagnosticField.SEVERITY] = severity.encode("utf-8")
+        found[DiagnosticField.SEVERITY_NONLOCALIZED] = severity.encode("utf-8")
+    fields = {"DETAIL": DiagnosticField.MESSAGE_DETAIL, "HINT": DiagnosticField.MESSAGE_HINT}
+    for line in lines[1:]:
+        label, colon, text = line.partition(":  ")
+        if colon and label in fields:
+            found[fields[label]] = text.encode("utf-8")
+    return found
 
 
 # ---------------------------------------------------------------------------- results

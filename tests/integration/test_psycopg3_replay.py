@@ -106,7 +106,17 @@ def _run(conn: Any, statements: Statements, row_factory: Any = None) -> list[Any
 
 
 def _error(error: psycopg.Error) -> tuple[Any, ...]:
-    return (type(error), error.sqlstate, error.diag.sqlstate, error.diag.message_primary)
+    diag = error.diag
+    return (
+        type(error),
+        error.sqlstate,
+        diag.sqlstate,
+        diag.message_primary,
+        str(error),
+        diag.severity,
+        diag.message_detail,
+        diag.message_hint,
+    )
 
 
 def _live_and_replayed(dsn: str, statements: Statements, **options: Any) -> tuple[Any, Any]:
@@ -177,16 +187,25 @@ def test_writes_errors_and_statuses_match_the_live_run(postgres_dsn: str) -> Non
         ("DELETE FROM notes WHERE body = %s", ("c",)),
         ("INSERT INTO notes (body) VALUES (%s)", ("a!",)),
         ("SELECT 1/0", None),
+        ("SELECT no_such_function(1)", None),
     ]
     live, replayed = _live_and_replayed(postgres_dsn, statements)
     assert replayed == live
+    primary = 'duplicate key value violates unique constraint "notes_body_key"'
+    detail = "Key (body)=(a!) already exists."
     assert live[4] == (
         psycopg.errors.UniqueViolation,
         "23505",
         "23505",
-        'duplicate key value violates unique constraint "notes_body_key"',
+        primary,
+        f"{primary}\nDETAIL:  {detail}",
+        "ERROR",
+        detail,
+        None,
     )
     assert live[5][:2] == (psycopg.errors.DivisionByZero, "22012")
+    assert live[6][:2] == (psycopg.errors.UndefinedFunction, "42883")
+    assert live[6][7] is not None and live[6][7].startswith("No function matches")
     assert [entry["status"] for entry in live[1:4]] == [
         "INSERT 0 2",
         "UPDATE 2",
@@ -344,25 +363,26 @@ def test_replay_never_opens_a_connection(postgres_dsn: str) -> None:
 
 
 def test_uninstrument_restores_every_original() -> None:
+    from psycopg import sql
     from psycopg.types import TypeInfo
 
-    before = (
-        psycopg.connect,
-        psycopg.Connection.__dict__["connect"],
-        psycopg.AsyncConnection.__dict__["connect"],
-        TypeInfo.__dict__["fetch"],
-    )
+    def originals() -> tuple[Any, ...]:
+        return (
+            psycopg.connect,
+            psycopg.Connection.__dict__["connect"],
+            psycopg.AsyncConnection.__dict__["connect"],
+            TypeInfo.__dict__["fetch"],
+            sql.Composable.__dict__["as_string"],
+            sql.Identifier.__dict__["as_bytes"],
+            sql.Literal.__dict__["as_bytes"],
+        )
+
+    before = originals()
     instrumentor = PsycopgReplayInstrumentor()
     instrumentor.instrument()
     assert psycopg.connect is not before[0]
     instrumentor.uninstrument()
-    after = (
-        psycopg.connect,
-        psycopg.Connection.__dict__["connect"],
-        psycopg.AsyncConnection.__dict__["connect"],
-        TypeInfo.__dict__["fetch"],
-    )
-    assert after == before
+    assert originals() == before
 
 
 CROSS = (
