@@ -20,7 +20,7 @@ from psycopg.rows import class_row, dict_row, namedtuple_row
 
 from reproit_otel.errors import DivergedError
 from reproit_otel.instrumentation._pg3_replay import PsycopgReplayInstrumentor
-from reproit_otel.replay.session import activate, deactivate
+from reproit_otel.replay.session import activate, active_session, deactivate
 from reproit_otel.wire.replay import ReplaySession
 from tests.integration.pg_support import closed_port_dsn, record, seen
 
@@ -538,3 +538,35 @@ def test_psycopg_sql_compositions_render_on_a_stub_as_live(postgres_dsn: str) ->
         'SELECT "t"."id", \'o\'\'k\' FROM (VALUES (1, \'pen\')) AS t ("id", "n") WHERE "n" = %s'
     )
     assert session.usage.report()["unused"] == 0
+
+
+def test_install_replay_serves_psycopg3_and_uninstall_restores_it(
+    postgres_dsn: str, tmp_path: Any
+) -> None:
+    """The replay setup (``REPROIT_REPLAY``) installs the psycopg 3 replay beside psycopg2's."""
+    import json
+
+    from reproit_otel.instrumentation._pg3_replay import AsyncStubConnection, StubConnection
+    from reproit_otel.replay import install_replay, uninstall_replay
+
+    capsule = _record(postgres_dsn, [(ITEMS, {"lo": 1})] * 2)
+    path = tmp_path / "capsule.json"
+    path.write_text(json.dumps({**capsule, "operation": "GET /orders"}), encoding="utf-8")
+    connect = psycopg.connect
+
+    async def async_call() -> Any:
+        conn = await psycopg.AsyncConnection.connect(closed_port_dsn())
+        assert isinstance(conn, AsyncStubConnection)
+        return await (await conn.execute(ITEMS, {"lo": 1})).fetchall()
+
+    install_replay(path)
+    try:
+        conn = psycopg.connect(closed_port_dsn())
+        assert isinstance(conn, StubConnection)
+        assert conn.execute(ITEMS, {"lo": 1}).fetchall() == [(1, "pen"), (2, "ink")]
+        assert asyncio.run(async_call()) == [(1, "pen"), (2, "ink")]
+        session = active_session()
+        assert session is not None and session.usage.report()["unused"] == 0
+    finally:
+        uninstall_replay()
+    assert psycopg.connect is connect
