@@ -754,6 +754,20 @@ def _factory_on_stub(factory: Any, stub: type[_CursorCore]) -> type[_CursorCore]
     return rebuilt
 
 
+class _Pipeline:
+    """What ``pipeline()`` yields: every statement was already answered when it ran."""
+
+    def sync(self) -> None:
+        pass
+
+
+class _AsyncPipeline:
+    """What an async ``pipeline()`` yields."""
+
+    async def sync(self) -> None:
+        pass
+
+
 class _Transaction:
     """What ``transaction()`` yields: psycopg's ``Transaction`` attributes."""
 
@@ -942,7 +956,7 @@ class StubConnection(_ConnectionCore):
     @contextlib.contextmanager
     def pipeline(self) -> Iterator[Any]:
         """Statements in the block are served one by one."""
-        yield self
+        yield _Pipeline()
 
     def set_autocommit(self, value: bool) -> None:
         self.autocommit = value
@@ -1044,7 +1058,7 @@ class AsyncStubConnection(_ConnectionCore):
     @contextlib.asynccontextmanager
     async def pipeline(self) -> AsyncIterator[Any]:
         """Statements in the block are served one by one."""
-        yield self
+        yield _AsyncPipeline()
 
     async def set_autocommit(self, value: bool) -> None:
         self.autocommit = value

@@ -570,3 +570,27 @@ def test_install_replay_serves_psycopg3_and_uninstall_restores_it(
     finally:
         uninstall_replay()
     assert psycopg.connect is connect
+
+
+def test_copy_diverges_and_a_pipeline_is_served_statement_by_statement(
+    postgres_dsn: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    capsule = _record(postgres_dsn, [(ITEMS, {"lo": 1})])
+    capfd.readouterr()
+    with replaying(capsule) as session, psycopg.connect(closed_port_dsn()) as conn:
+        with conn.pipeline() as pipeline:
+            cur = conn.execute(ITEMS, {"lo": 1})
+            pipeline.sync()
+            assert cur.fetchall() == [(1, "pen"), (2, "ink")]
+        with pytest.raises(DivergedError) as raised:
+            conn.cursor().copy("COPY things FROM STDIN")
+    line = (
+        'REPROIT:DIVERGENCE {"protocol":"pg","got":{"text":"COPY things FROM STDIN"},'
+        '"expected":null,"consumed":1,"total":1}'
+    )
+    assert (str(raised.value), raised.value.line) == (
+        "reproit: psycopg COPY cannot be replayed",
+        line,
+    )
+    assert capfd.readouterr().err == line + "\n"
+    assert session.usage.report()["unused"] == 0
