@@ -594,3 +594,47 @@ def test_copy_diverges_and_a_pipeline_is_served_statement_by_statement(
     )
     assert capfd.readouterr().err == line + "\n"
     assert session.usage.report()["unused"] == 0
+
+
+REPLAY_WITHOUT_PSYCOPG2 = """
+import json, sys
+sys.modules["psycopg2"] = None  # an application with psycopg 3 alone
+import psycopg
+from psycopg.rows import dict_row
+from reproit_otel.instrumentation._pg3_replay import PsycopgReplayInstrumentor
+from reproit_otel.replay.session import activate
+from reproit_otel.wire.replay import ReplaySession
+
+activate(ReplaySession(json.load(open(sys.argv[1]))))
+PsycopgReplayInstrumentor().instrument()
+with psycopg.connect(sys.argv[2], row_factory=dict_row) as conn:
+    rows = conn.execute(sys.argv[3], {"lo": 1}).fetchall()
+    try:
+        conn.execute("SELECT 1/0")
+    except psycopg.errors.DivisionByZero as error:
+        failure = [type(error).__name__, error.sqlstate]
+print(json.dumps({"rows": rows, "failure": failure, "psycopg2": sys.modules["psycopg2"]}))
+"""
+
+
+def test_psycopg3_replay_needs_no_psycopg2(postgres_dsn: str, tmp_path: Any) -> None:
+    import json
+    import subprocess
+    import sys
+
+    capsule = _record(postgres_dsn, [(ITEMS, {"lo": 1}), ("SELECT 1/0", None)])
+    path = tmp_path / "capsule.json"
+    path.write_text(json.dumps(capsule), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-c", REPLAY_WITHOUT_PSYCOPG2, str(path), closed_port_dsn(), ITEMS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "rows": [{"id": 1, "name": "pen"}, {"id": 2, "name": "ink"}],
+        "failure": ["DivisionByZero", "22012"],
+        "psycopg2": None,
+    }
