@@ -62,6 +62,7 @@ D13_PARTS: tuple[str, ...] = (
     "sessionid",
     "sessid",
     "sessionkey",
+    "sessiondata",
     "credential",
     "authkey",
     "subscriptionkey",

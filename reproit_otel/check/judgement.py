@@ -59,6 +59,7 @@ __all__ = [
     "divergence_markers",
     "judge_evidence",
     "judge_reached_failure",
+    "last_check_record",
     "last_return",
     "likely_cause",
     "offline_verdict",
@@ -162,6 +163,22 @@ class CheckResult:
             "unusedCalls": self.unused_calls,
             "likelyCause": self.likely_cause,
         }
+
+
+def last_check_record(result: CheckResult, capsule: str) -> dict[str, Any] | None:
+    """What ``check`` keeps of a check that fired a request, for ``doctor`` to read
+    (``.reproit/last-check.json``); ``None`` when no request was answered (offline, CI)."""
+    status = result.observed.get("status") if isinstance(result.observed, dict) else None
+    if not isinstance(status, int):
+        return None
+    return {
+        "capsule": capsule,
+        "operation": result.operation,
+        "verdict": result.verdict.value,
+        "status": status,
+        "location": result.observed.get("location"),
+        "likelyCause": result.likely_cause,
+    }
 
 
 def last_return(events: list[dict[str, Any]]) -> dict[str, Any] | None:

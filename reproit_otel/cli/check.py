@@ -18,6 +18,11 @@ document); ``REPROIT:`` marker lines are never echoed.
 production check sends: each replaces the recorded header (or cookie pair) of that name, or is
 added (for a credential minted by hand on the replay machine).
 
+A check that fired the recorded request keeps what it saw in ``.reproit/last-check.json``
+under the current folder (the capsule, the verdict, the status and the likely cause), replaced
+by the next such check: ``reproit-otel doctor`` reads it to say when the replayed request was
+refused as not logged in (and points at ``--header``/``--cookie``).
+
 Exit codes: 0 fixed, 1 reproduced, 3 diverged or inconclusive, 2 for an unusable capsule
 (not JSON, wrong format or version, no events, no exchange with ``--exec``) or an occurrence
 that cannot be pulled (unknown, without a capsule, key refused, no ingest answering).
@@ -34,6 +39,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from reproit_otel.check.judgement import CheckResult, last_check_record
 from reproit_otel.check.report import summary
 from reproit_otel.check.request import (
     RequestOverrides,
@@ -50,10 +56,12 @@ from reproit_otel.cli.occurrences import add_ingest_arguments
 from reproit_otel.cli.terminal import json_text, say, shown
 from reproit_otel.errors import CapsuleError
 
-__all__ = ["CAPSULE_FOLDER", "register", "resolve_target", "run"]
+__all__ = ["CAPSULE_FOLDER", "LAST_CHECK", "register", "resolve_target", "run"]
 
 CAPSULE_FOLDER = Path(".reproit") / "capsules"
 """Where a capsule pulled by occurrence id is saved, relative to the current folder."""
+LAST_CHECK = Path(".reproit") / "last-check.json"
+"""What the last check that fired a request saw, relative to the current folder (for doctor)."""
 
 
 def register(subparsers: Any) -> None:
@@ -221,8 +229,19 @@ def run(args: argparse.Namespace) -> int:
     except (CapsuleError, ReplayNotArmedError) as error:
         say(f"reproit-otel check: {shown(error)}", file=sys.stderr)
         return 2
+    _remember(result, target)
     if args.json:
         say(json_text(result.to_json()))
     else:
         say(summary(result, verbose=args.verbose))
     return result.verdict.exit_code
+
+
+def _remember(result: CheckResult, target: Path) -> None:
+    """Keep what a check that fired a request saw in :data:`LAST_CHECK`; a folder that cannot
+    be written (or a link planted there) only loses doctor's hint, never the verdict."""
+    record = last_check_record(result, str(target))
+    if record is None:
+        return
+    with contextlib.suppress(OSError, CapsuleError):
+        _write_without_links(LAST_CHECK, (json_text(record) + "\n").encode("utf-8"))

@@ -28,7 +28,10 @@ a problem's line ends with ``fix:`` and the command or change that fixes it):
 6. the stacks the project uses (Django, Flask, FastAPI/Starlette, SQLAlchemy), what is
    captured there and what cannot be seen (``doctor_stacks.py``): a Django project without
    ``DJANGO_SETTINGS_MODULE``, a database or SQLAlchemy engine on a driver reproit-otel does
-   not record, a missing OpenTelemetry instrumentation.
+   not record, a missing OpenTelemetry instrumentation;
+7. the last ``check`` run in the current folder (``.reproit/last-check.json``): when its
+   replayed request was refused as not logged in (HTTP 401/403, or a redirect to a login
+   page), a warning pointing at ``check --header``/``--cookie``.
 
 Exit status: 1 when any error was found, else 0.
 """
@@ -39,6 +42,7 @@ import argparse
 import difflib
 import importlib
 import importlib.metadata
+import json
 import os
 import sys
 from collections.abc import Iterable, Mapping
@@ -49,7 +53,7 @@ from typing import Any, Literal
 from reproit_otel._version import __version__
 from reproit_otel.cli.terminal import json_text, say, shown
 
-__all__ = ["Finding", "diagnose", "register", "run"]
+__all__ = ["Finding", "diagnose", "last_check_findings", "register", "run"]
 
 Level = Literal["ok", "warning", "error"]
 
@@ -193,7 +197,34 @@ def diagnose(
 
     # As given: the Django set-up above may have set DJANGO_SETTINGS_MODULE from manage.py.
     findings += stack_findings(given, {name.partition(".")[0] for name in imported})
+    findings += last_check_findings(Path.cwd())
     return findings
+
+
+def last_check_findings(folder: Path) -> list[Finding]:
+    """A warning when the last check run in ``folder`` was refused as not logged in."""
+    from reproit_otel.check.judgement import CREDENTIAL_HINT
+    from reproit_otel.cli.check import LAST_CHECK
+
+    try:
+        record = json.loads((folder / LAST_CHECK).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    cause = record.get("likelyCause") if isinstance(record, dict) else None
+    if not isinstance(cause, str) or CREDENTIAL_HINT not in cause:
+        return []
+    capsule = str(record.get("capsule"))
+    return [
+        Finding(
+            "warning",
+            "last check",
+            f"the last check of {capsule} ({record.get('operation')}) was "
+            f"{record.get('verdict')}: {cause.removesuffix(': ' + CREDENTIAL_HINT)}, so the "
+            "replayed request was not logged in as production's; fix: mint a credential on "
+            f"this machine and run `reproit-otel check {capsule} --exec ... --header "
+            "'Name: value'` (or `--cookie 'name=value'`)",
+        )
+    ]
 
 
 # -- 1. installation ---------------------------------------------------------------------------

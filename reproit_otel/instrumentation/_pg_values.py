@@ -45,8 +45,10 @@ its offset at that instant. Any other type is not encodable: :class:`Unsupported
 raised, and the recorder reports the exchange as unrecordable instead of storing a lossy value.
 
 Redaction runs on the encoded exchange: a value under a secret column name becomes a
-``$reproit`` placeholder object, and replay hands that placeholder (a ``dict``) to the
-application where the live run had the secret value.
+``$reproit`` placeholder object, and replay hands the application its stand-in (a string of
+the recorded length and class, a number for a number; :mod:`reproit_otel.wire.standins`)
+where the live run had the secret value: the same stand-in the inbound request and every
+other served value carry for the same secret.
 
 Statement parameters use the same encoding (:func:`encode_params`); the top-level sequence of
 positional parameters is always an array, so ``(1, 2)`` and ``[1, 2]`` match each other.

@@ -114,7 +114,8 @@ def reason_phrase(status: int) -> str | None:
 
 
 def served_headers(headers: Any) -> dict[str, str]:
-    """The served headers as strings; a redacted (placeholder) value is not served."""
+    """The served headers as strings; a value that is not a string is not served (a redacted
+    one is a stand-in by now, see :mod:`reproit_otel.wire.standins`)."""
     if not isinstance(headers, Mapping):
         return {}
     return {str(k): v for k, v in headers.items() if isinstance(v, str)}

@@ -30,9 +30,10 @@ from the message. Any other exception is not an outcome: the operation's effects
 incomplete.
 
 In replay (a ``REPROIT_REPLAY`` capsule is active) the check does not run: the recorded outcome
-is served for the call, its placeholders replaced by stand-ins (:func:`materialize`), so a
-session's CSRF token equals the stand-in ``check`` sends in the form; a recorded refusal is
-raised again as the library's own exception class. A check the capsule does not hold is a
+is served for the call with stand-ins where it has placeholders (the replay session serves
+every recorded value so, ``wire/standins.py``), so a session's CSRF token equals the stand-in
+``check`` sends in the form; a recorded refusal is raised again as the library's own exception
+class. A check the capsule does not hold is a
 ``REPROIT:DIVERGENCE`` and raises :class:`~reproit_otel.MissingFixtureError`, never a live
 check. A check nested in another (``signing.loads`` inside ``unsign_object``) belongs to the
 outer one. Fixture mode (``REPROIT_TOOLS``) does not apply: test suites check for real.
@@ -89,7 +90,6 @@ from reproit_otel.replay.session import active_session
 from reproit_otel.wire.batch import CREDENTIAL_TOOL
 from reproit_otel.wire.invoke import failure_response, success_response
 from reproit_otel.wire.replay import ReplaySession
-from reproit_otel.wire.standins import materialize
 
 __all__ = ["install_credentials", "installed_seams", "uninstall_credentials"]
 
@@ -465,7 +465,7 @@ def _serve(seam: _Seam, session: ReplaySession, args: Args, kwargs: Kwargs) -> A
         raise MissingFixtureError(
             f"reproit: credential check {seam.op} has no usable recorded outcome"
         )
-    return seam.served(materialize(data), args, kwargs)
+    return seam.served(data, args, kwargs)
 
 
 Outcome = tuple[dict[str, Any], dict[str, Any]] | str

@@ -70,7 +70,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
@@ -121,6 +121,7 @@ from reproit_otel.wire.invoke import (
     success_response,
 )
 from reproit_otel.wire.replay import ReplaySession, divergence_line, divergence_report
+from reproit_otel.wire.standins import served_response
 
 __all__ = [
     "Boundary",
@@ -304,7 +305,11 @@ class _Invocation:
         path = directory / fixture_name(tool, op, key)
         fixture = read_fixture(path) if path.exists() else None
         if fixture is not None and fixture.problem is None and fixture.exchange is not None:
-            outcome = read_outcome(fixture.exchange.get("response"))
+            # Served as a capsule's is: stand-ins where the fixture has placeholders.
+            response = fixture.exchange.get("response")
+            if isinstance(response, Mapping):
+                response = served_response(response)
+            outcome = read_outcome(response)
             return self._outcome(outcome, f"fixture {path} has no usable response")
         probe = {
             "tool": tool,

@@ -132,6 +132,7 @@ SERVICE_SECRET_PARTS: Final[tuple[str, ...]] = (
     "sessionid",
     "sessid",
     "sessionkey",
+    "sessiondata",
     "credential",
     "authkey",
     "subscriptionkey",

@@ -9,8 +9,8 @@ The rules are the reference's JavaScript rules, spelled in Python:
     live object holding a matching value for every recorded key (extra live keys are
     ignored); anything else compares with JavaScript ``===``, so ``1`` does not match
     ``True`` or ``"1"``, while ``1`` matches ``1.0``. Text placeholders compare without
-    their identity tags (``$reproit.alnum.7.<id>`` equals ``$reproit``,
-    :mod:`reproit_otel.wire.standins`).
+    their identity tags (``$reproit.alnum.7.<id>`` equals ``$reproit``), except that two
+    tagged ones must name the same identity (:mod:`reproit_otel.wire.standins`).
 
 ``operation_key(protocol, request)``
     What orders the exchanges of one operation: ``METHOD path+query`` for HTTP (host and
@@ -46,7 +46,7 @@ from reproit_otel.wire._js import UNSET, js_string, utf8_bytes, well_formed
 from reproit_otel.wire._jsparse import js_json_parse
 from reproit_otel.wire.canonical import canonical_json, js_items, ordered_json
 from reproit_otel.wire.fresh import url_matches
-from reproit_otel.wire.standins import untagged
+from reproit_otel.wire.standins import same_identities
 from reproit_otel.wire.urls import url_path_and_query
 
 __all__ = [
@@ -255,14 +255,16 @@ def matches(recorded: Any, live: Any, fresh: FreshComparison | None = None) -> b
 
 
 def _same_but_identities(want: Any, got: Any) -> bool:
-    """Two texts equal once text placeholders drop their identity tags.
+    """Two texts equal once text placeholders drop their identity tags, with no identity
+    disagreeing (:func:`~reproit_otel.wire.standins.same_identities`).
 
     A capture tags a text placeholder with the secret's identity (``password=$reproit.alnum.
-    7.<id>``); the live call replay redacts carries the bare ``$reproit`` there.
+    7.<id>``); the live call replay redacts carries the bare ``$reproit`` there, or, where it
+    holds a stand-in the replay handed out, that stand-in's own tagged placeholder.
     """
     if not isinstance(want, str) or not isinstance(got, str) or PLACEHOLDER_KEY not in want:
         return False
-    return untagged(want) == untagged(got)
+    return same_identities(want, got)
 
 
 def operation_key(protocol: Any, request: Any) -> str:

@@ -73,6 +73,7 @@ from reproit_otel.wire.replay_answer import (
 )
 from reproit_otel.wire.replay_scope import ConnectionScope, setup_items
 from reproit_otel.wire.replay_usage import ReplayUsage
+from reproit_otel.wire.standins import StandinIndex, served_response
 from reproit_otel.wire.statements import connection_scope_of
 
 __all__ = [
@@ -173,10 +174,10 @@ class _Entry:
     def __init__(
         self, exchange: Any, at: Any = None, index: int = 0, *, carried: bool = False
     ) -> None:
-        self.exchange = exchange
+        self.exchange = _served(exchange)
         self.consumed = False
         self.index = index
-        fields = exchange if isinstance(exchange, Mapping) else {}
+        fields = self.exchange if isinstance(self.exchange, Mapping) else {}
         self.protocol: Any = fields.get("protocol", UNSET)
         request = fields.get("request", UNSET)
         self.key = operation_key(self.protocol, request)
@@ -195,6 +196,22 @@ class _Entry:
         if isinstance(self.exchange, Mapping):
             return self.exchange.get("request", UNSET)
         return UNSET
+
+
+def _served(exchange: Any) -> Any:
+    """``exchange`` with its response as replay serves it
+    (:func:`~reproit_otel.wire.standins.served_response`).
+
+    Done once per exchange when the capsule is loaded, so every protocol (HTTP bodies and
+    headers, database rows, invoke and credential outcomes) hands the application stand-ins,
+    never placeholders. The request is kept as recorded: live calls are matched against it.
+    """
+    if not isinstance(exchange, Mapping) or not isinstance(exchange.get("response"), Mapping):
+        return exchange
+    response = exchange["response"]
+    served = served_response(response)
+    # Nothing redacted in it (the common case): the recorded exchange itself is served.
+    return exchange if served == response else {**exchange, "response": served}
 
 
 def _check_capsule(capsule: Any) -> None:
@@ -278,6 +295,9 @@ class ReplaySession(ConnectionScope):
         ]
         self._ambient = [entry for entry in self._entries if entry.scope is not None]
         self._ambient.extend(self._setup)
+        # The stand-ins this replay hands out (the inbound request's, the served values'):
+        # a live call carrying one has it written back as its placeholder before matching.
+        self.standins = StandinIndex(capsule)
         self._consumed = 0
         self.diverged = False
         self.divergence_lines: list[str] = []
@@ -341,10 +361,25 @@ class ReplaySession(ConnectionScope):
         return self._consumed
 
     def redact_probe(self, protocol: str, probe: dict[str, Any]) -> dict[str, Any]:
-        """``probe`` after the session's ``live_redactor`` (unchanged without one)."""
+        """``probe`` with the replay's stand-ins written back as their placeholders
+        (:class:`~reproit_otel.wire.standins.StandinIndex`), then after the session's
+        ``live_redactor``."""
+        if len(self.standins):
+            probe = self._written_back(probe)
         if self.live_redactor is None:
             return probe
         return self.live_redactor(protocol, probe)
+
+    def _written_back(self, probe: dict[str, Any]) -> dict[str, Any]:
+        # What keys a call (an HTTP URL, a statement text) gets the bare placeholder, the only
+        # one a capture writes there; values (body, parameters, input) the tagged one.
+        written: dict[str, Any] = {}
+        for name, value in probe.items():
+            if name in ("url", "text") and isinstance(value, str):
+                written[name] = self.standins.placeholder_text(value, tagged=False)
+            else:
+                written[name] = self.standins.placeholders(value)
+        return written
 
     def match(self, protocol: str, probe: dict[str, Any]) -> Any:
         """Consume and return the recorded exchange for a live call, or ``None`` (diverged).

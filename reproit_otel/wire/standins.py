@@ -36,6 +36,26 @@ class, an integer for an integer, a number with a fraction for a number, a boole
 an array of the recorded length, an empty object. The stand-in is a function of the identity
 (or, for a placeholder recorded without one, of its type, length and class), so the same
 identity always gives the same stand-in, on every machine.
+
+A replay serves every recorded value through :func:`materialize` (the inbound request ``check``
+sends, HTTP response bodies and headers, database rows, invoke and credential outcomes), once,
+when the capsule is loaded. So a session key redacted in the ``Cookie`` and again as the
+``session_key`` of a served row is one stand-in in both places, and the application's lookup
+finds what it looks for.
+
+Stand-ins back to placeholders (matching)
+=========================================
+
+A stand-in the application sends on (a served token in an outbound header, a served key as
+a SQL parameter) must still match the recording, which holds a placeholder there. A
+:class:`StandinIndex` of the capsule knows every stand-in the replay can hand out (every
+placeholder object of a string and every text placeholder in it, stand-ins of at least
+:data:`MIN_INDEXED_LENGTH` characters) and writes each back as the text placeholder it stands
+for in a live call before it is matched: in the values of a call (a body, SQL parameters, an
+invoke input) as its tagged placeholder (:meth:`StandinIndex.placeholders`), in what keys a
+call (a URL, a statement text) as the bare ``$reproit``, the only one a capture writes there.
+The matcher compares text placeholders by :func:`same_identities`: equal once untagged, and
+where both sides carry an identity, the same identity.
 """
 
 from __future__ import annotations
@@ -48,12 +68,16 @@ from typing import Any, Final
 
 __all__ = [
     "IDENTITY_FIELD",
+    "MIN_INDEXED_LENGTH",
     "STRING_CLASSES",
     "TEXT_TOKEN",
+    "StandinIndex",
     "current_identity_key",
     "identity",
     "materialize",
     "placeholder_fields",
+    "same_identities",
+    "served_response",
     "set_identity_key",
     "standin",
     "string_class",
@@ -320,3 +344,123 @@ def materialize(value: Any) -> Any:
             if is_container:
                 pending.append((child, copy))
     return result
+
+
+def served_response(response: Mapping[str, Any]) -> dict[str, Any]:
+    """A recorded exchange ``response`` as replay serves it: every field :func:`materialize`-d
+    (body, headers, rows, outcome data), except ``error``.
+
+    A recorded error is raised again with its message as recorded: the message is for people
+    reading a traceback, where ``$reproit`` says that something was redacted there.
+    """
+    return {
+        name: value if name == "error" else materialize(value) for name, value in response.items()
+    }
+
+
+MIN_INDEXED_LENGTH: Final = 8
+"""Stand-ins shorter than this are not written back in live calls: a short made-up string
+could also be ordinary text (``"abc1"`` inside a statement), and replacing that would make a
+call diverge that production made the same way."""
+
+
+def _text_token(body: Mapping[str, Any]) -> str:
+    """The text placeholder a placeholder body of a string is written as in text."""
+    ident, kind, length = body.get(IDENTITY_FIELD), body.get(CLASS_FIELD), body.get("length")
+    if (
+        isinstance(ident, str)
+        and TEXT_TOKEN.fullmatch(f"{PLACEHOLDER_KEY}.{kind}.{length}.{ident}") is not None
+    ):
+        return f"{PLACEHOLDER_KEY}.{kind}.{length}.{ident}"
+    return PLACEHOLDER_KEY
+
+
+class StandinIndex:
+    """The stand-ins a replay of one capsule hands out, and the placeholders they stand for.
+
+    Built once from the whole capsule (:func:`materialize` gives every appearance of one
+    placeholder the same stand-in, so the index holds each once). Read-only afterwards: safe
+    to share between threads.
+    """
+
+    __slots__ = ("_pattern", "_tokens")
+
+    def __init__(self, capsule: Any) -> None:
+        tokens: dict[str, str] = {}
+        pending: list[Any] = [capsule]
+        while pending:
+            value = pending.pop()
+            if _is_placeholder(value):
+                body = value[PLACEHOLDER_KEY]
+                made = standin(body)
+                if isinstance(made, str):  # a string's (numbers are not found in text)
+                    tokens.setdefault(made, _text_token(body))
+            elif isinstance(value, str):
+                if PLACEHOLDER_KEY in value:
+                    for match in TEXT_TOKEN.finditer(value):
+                        tokens.setdefault(_text_standin(match), match.group(0))
+            elif isinstance(value, Mapping):
+                pending.extend(value.values())
+            elif isinstance(value, (list, tuple)):
+                pending.extend(value)
+        self._tokens = {
+            made: token for made, token in tokens.items() if len(made) >= MIN_INDEXED_LENGTH
+        }
+        self._pattern = (
+            re.compile("|".join(map(re.escape, sorted(self._tokens, key=lambda s: (-len(s), s)))))
+            if self._tokens
+            else None
+        )
+
+    def __len__(self) -> int:
+        return len(self._tokens)
+
+    def placeholder_text(self, text: str, *, tagged: bool = True) -> str:
+        """``text`` with every stand-in of the index written as the placeholder it stands for
+        (``tagged=False``: as the bare ``$reproit``, what a capture's value scrub writes)."""
+        if self._pattern is None or not text:
+            return text
+        if not tagged:
+            return self._pattern.sub(PLACEHOLDER_KEY, text)
+        return self._pattern.sub(lambda match: self._tokens[match.group(0)], text)
+
+    def placeholders(self, value: Any) -> Any:
+        """A copy of the JSON ``value`` with :meth:`placeholder_text` applied to every string
+        (object keys untouched); ``value`` itself when the index is empty."""
+        if self._pattern is None:
+            return value
+        if isinstance(value, str):
+            return self.placeholder_text(value)
+        if not isinstance(value, (Mapping, list, tuple)):
+            return value
+        root: Any = {} if isinstance(value, Mapping) else []
+        pending: list[tuple[Any, Any]] = [(value, root)]
+        while pending:
+            source, target = pending.pop()
+            pairs = source.items() if isinstance(source, Mapping) else enumerate(source)
+            for key, child in pairs:
+                copy = child
+                if isinstance(child, str):
+                    copy = self.placeholder_text(child)
+                elif isinstance(child, (Mapping, list, tuple)):
+                    copy = {} if isinstance(child, Mapping) else []
+                    pending.append((child, copy))
+                if isinstance(target, dict):
+                    target[key] = copy
+                else:
+                    target.append(copy)
+        return root
+
+
+def same_identities(want: str, got: str) -> bool:
+    """Two texts equal once their text placeholders are untagged, whose placeholders, where
+    both carry an identity, carry the same one (``$reproit`` agrees with any)."""
+    if untagged(want) != untagged(got):
+        return False
+    if "." not in want or "." not in got:
+        return True
+    wanted = [match.group(3) for match in TEXT_TOKEN.finditer(want)]
+    found = [match.group(3) for match in TEXT_TOKEN.finditer(got)]
+    return len(wanted) == len(found) and all(
+        a is None or b is None or a == b for a, b in zip(wanted, found, strict=True)
+    )

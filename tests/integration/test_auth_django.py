@@ -1,13 +1,18 @@
 """Django session login + CSRF, and DRF TokenAuthentication, zero code, under runserver.
 
 The notes project in ``apps/notes_django`` (``startproject`` settings, ``LoginView``, a
-``ModelForm`` with ``{% csrf_token %}``, a DRF ``APIView`` behind ``TokenAuthentication`` and
-``obtain_auth_token``) runs under ``manage.py runserver`` and the real
+``ModelForm`` with ``{% csrf_token %}``, a DRF ``APIView`` behind ``TokenAuthentication``, hardened
+to compare the stored key with the presented one, and ``obtain_auth_token``) runs under
+``manage.py runserver`` and the real
 ``opentelemetry-instrument`` on a real PostgreSQL. The user signs in with the login form and
 posts the note form; an API client gets a token from ``/api/token/`` and posts a note with
 ``Authorization: Token``. Both hit the planted bug (500). With PostgreSQL stopped and another
 ``SECRET_KEY``, ``reproit-otel check`` replays each as the same user: reproduced, then fixed.
 No password, session or CSRF cookie, form token or API token is in any artifact.
+
+The token is *looked up*: replay sends a stand-in in ``Authorization``, and the served
+``authtoken_token`` row carries the same stand-in as its ``key`` (one identity, one
+stand-in), so the hardened comparison passes and the request reaches the planted bug.
 """
 
 from __future__ import annotations
@@ -128,10 +133,43 @@ def test_the_session_login_failure_is_captured_with_its_credential_checks(
     ]
 
 
+def test_the_stored_session_payload_is_recorded_only_as_a_placeholder(
+    signed_in: LoggedInRun,
+) -> None:
+    # django_session.session_data is the signed session payload: the row carries its
+    # placeholder, with the identity of the credential the recorded session decode was given.
+    effects = [
+        e["exchange"]
+        for e in signed_in.run.captures["form"].capsule["events"]
+        if e["kind"] == "effect"
+    ]
+    [row] = next(
+        x["response"]["rows"] for x in effects if "django_session" in x["request"].get("text", "")
+    )
+    [decode] = [x for x in effects if x["request"].get("op") == "django.signing.unsign_object"]
+    stored = row["session_data"]["$reproit"]
+    assert stored == decode["request"]["input"]["credential"]["$reproit"]
+    assert (stored["type"], stored["redacted"], len(stored["id"])) == ("string", True, 24)
+
+
 def test_the_token_failure_is_looked_up_not_verified(signed_in: LoggedInRun) -> None:
     capture = signed_in.run.captures["token"]
     assert capture.status == 500, capture.body
     assert recorded_checks(capture.capsule) == []
+
+
+def test_the_token_row_and_the_header_carry_one_identity(signed_in: LoggedInRun) -> None:
+    capsule = signed_in.run.captures["token"].capsule
+    start = next(event for event in capsule["events"] if event["kind"] == "start")
+    header = dict(start["input"]["request"]["headers"])["Authorization"]
+    lookup = next(
+        event["exchange"]
+        for event in capsule["events"]
+        if event["kind"] == "effect" and "authtoken_token" in event["exchange"]["request"]["text"]
+    )
+    row_key = lookup["response"]["rows"][0]["key"]["$reproit"]
+    assert header == f"Token $reproit.{row_key['class']}.{row_key['length']}.{row_key['id']}"
+    assert lookup["request"]["values"] == [{"$reproit": row_key}]
 
 
 def test_no_password_session_cookie_or_csrf_token_reaches_the_ingest(
@@ -151,6 +189,13 @@ def test_the_replay_reproduces_the_failure_as_the_same_user(
     code, result = signed_in.run.check(kind)
     assert (code, result["verdict"], result["divergences"]) == (1, "reproduced", []), dumped(result)
     assert result["observedResult"]["status"] == 500
+    # The planted bug, not a stumble on the way: for the token, the hardened comparison saw
+    # the served row's key equal to the key the replayed request presented.
+    replayed = result["replayedException"]
+    assert (replayed["type"], result["differentFailure"]) == (
+        "builtins.ZeroDivisionError",
+        False,
+    ), dumped(result)
 
 
 @pytest.mark.parametrize(("kind", "status"), [("form", 302), ("token", 201)])

@@ -1,4 +1,4 @@
-"""A PyJWT bearer API on FastAPI, zero code, under uvicorn.
+"""A PyJWT (and a python-jose) bearer API on FastAPI, zero code, under uvicorn.
 
 The notes API in ``apps/notes_fastapi`` (FastAPI's security tutorial: ``OAuth2PasswordBearer``,
 ``jwt.encode`` / ``jwt.decode`` with ``HS256``) runs under uvicorn and the real
@@ -6,7 +6,9 @@ The notes API in ``apps/notes_fastapi`` (FastAPI's security tutorial: ``OAuth2Pa
 posts a note with ``Authorization: Bearer``; it hits the planted bug (500). With PostgreSQL
 stopped and another secret key, ``reproit-otel check`` replays it as the same user (the
 recorded claims are served for the stand-in token): reproduced, then fixed. Neither the
-password nor the token is in any artifact.
+password nor the token is in any artifact. The same API making its tokens with python-jose
+(``NOTES_JWT=jose``, FastAPI's tutorial before it moved to PyJWT) replays the same way through
+the ``jose.jwt.decode`` seam.
 """
 
 from __future__ import annotations
@@ -45,15 +47,23 @@ def init(env: Mapping[str, str]) -> None:
     )
 
 
-STACK = Stack(
-    name="notes-fastapi",
-    cwd=APP,
-    serve=(UVICORN, "--port", "{port}", "app:app"),
-    healthy=Request("GET", "/"),
-    failing=lambda identifier, kind: Request("GET", "/"),
-    prepare=init,
-    env={"NOTES_SECRET_KEY": "the-replaying-laptop-has-another-key-entirely"},
-)
+CHECKS = {"pyjwt": "jwt.decode", "jose": "jose.jwt.decode"}
+"""The credential check each JWT library's ``decode`` is recorded as."""
+
+
+def stack(library: str) -> Stack:
+    return Stack(
+        name=f"notes-fastapi-{library}",
+        cwd=APP,
+        serve=(UVICORN, "--port", "{port}", "app:app"),
+        healthy=Request("GET", "/"),
+        failing=lambda identifier, kind: Request("GET", "/"),
+        prepare=init,
+        env={
+            "NOTES_SECRET_KEY": "the-replaying-laptop-has-another-key-entirely",
+            "NOTES_JWT": library,
+        },
+    )
 
 
 def sign_in_and_fail(client: httpx.Client) -> Scenario:
@@ -74,25 +84,26 @@ def sign_in_and_fail(client: httpx.Client) -> Scenario:
     return done
 
 
-@pytest.fixture(scope="module")
-def signed_in(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoggedInRun]:
+@pytest.fixture(scope="module", params=sorted(CHECKS))
+def signed_in(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LoggedInRun]:
     production = {"NOTES_SECRET_KEY": SECRET_KEY}
-    workdir = tmp_path_factory.mktemp("notes-fastapi")
-    with run_logged_in(STACK, workdir, sign_in_and_fail, production) as run:
+    workdir = tmp_path_factory.mktemp(f"notes-fastapi-{request.param}")
+    with run_logged_in(stack(request.param), workdir, sign_in_and_fail, production) as run:
         yield run
 
 
 def test_the_bearer_failure_is_captured_with_the_decoded_claims(signed_in: LoggedInRun) -> None:
     capture = signed_in.run.captures["bearer"]
+    library = signed_in.run.stack.env["NOTES_JWT"]
     assert capture.status == 500, capture.body
-    assert recorded_checks(capture.capsule) == ["jwt.decode"]
+    assert recorded_checks(capture.capsule) == [CHECKS[library]]
     [check] = [e for e in exchanges(capture.capsule) if e["protocol"] == "invoke"]
     data = check["response"]["data"]
-    assert (data["header"], sorted(data["payload"]), data["payload"]["sub"]) == (
-        {"alg": "HS256", "typ": "JWT"},
-        ["exp", "sub"],
-        "ada",
-    )
+    assert (sorted(data["payload"]), data["payload"]["sub"]) == (["exp", "sub"], "ada")
+    # PyJWT's decode_complete also hands back the header; python-jose's decode the claims only.
+    assert data.get("header") == ({"alg": "HS256", "typ": "JWT"} if library == "pyjwt" else None)
 
 
 def test_neither_password_nor_token_reaches_the_ingest(signed_in: LoggedInRun) -> None:

@@ -28,6 +28,7 @@ from reproit_otel.instrumentation.invoke import use_tracer_provider
 from reproit_otel.wire.canonical import canonical_json
 from reproit_otel.wire.invoke import fixture_key
 from reproit_otel.wire.payload import capture_payload
+from reproit_otel.wire.standins import text_standins
 from tests.integration.apps.mailbox_app import (
     MailClient,
     MailError,
@@ -43,6 +44,8 @@ REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "mailbox-pass-7f3a9c"
 SESSION = f"a1 OK [AUTH {PASSWORD}] logged in as ada"
 SCRUBBED_SESSION = "a1 OK [AUTH $reproit] logged in as ada"
+SERVED_SESSION = text_standins(SCRUBBED_SESSION)
+"""What replay serves for it: the placeholder's stand-in, never the placeholder or the secret."""
 
 
 @pytest.fixture
@@ -131,7 +134,7 @@ def test_fixtures_record_then_replay_with_the_mailbox_stopped(
             "value",
             {
                 "folder": "INBOX",
-                "session": SCRUBBED_SESSION,
+                "session": SERVED_SESSION,
                 "subject": "Quarterly report",
                 "uid": 1,
             },
@@ -140,7 +143,7 @@ def test_fixtures_record_then_replay_with_the_mailbox_stopped(
             "value",
             {
                 "folder": "Archive",
-                "session": SCRUBBED_SESSION,
+                "session": SERVED_SESSION,
                 "subject": "Grüße aus Köln",
                 "uid": 1,
             },

@@ -18,11 +18,15 @@ PostgreSQL and the upstream are stopped and ``reproit-otel check`` replays each 
   without one of its environment variables (200 "not configured") are *inconclusive*, naming
   the recorded calls never made and the likely reason;
 * a fix that goes on past the old failure point and makes a query production never made is
-  *fixed beyond the recording* (exit 0), naming that query.
+  *fixed beyond the recording* (exit 0), naming that query;
+* after a check that was redirected to the login page, ``reproit-otel doctor`` in the same
+  folder points at ``check --header``/``--cookie``, until a later check is logged in.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from importlib.metadata import entry_points
@@ -32,7 +36,15 @@ from typing import Any
 import psycopg2
 import pytest
 
-from tests.integration.stack_support import Request, Stack, StackRun, dumped, run_stack
+from tests.integration.served_ingest import cli_command
+from tests.integration.stack_support import (
+    Request,
+    Stack,
+    StackRun,
+    clean_environ,
+    dumped,
+    run_stack,
+)
 
 APP = Path(__file__).resolve().parent / "apps" / "warm_pool_app.py"
 
@@ -214,6 +226,44 @@ def test_a_success_before_the_recorded_work_is_not_fixed(
     assert result["unusedCalls"] == _never_made(run, "warm") == result["usage"]["unusedCalls"]
     assert result["likelyCause"] == cause
     assert result["reason"] == _inconclusive_reason(status, cause)
+
+
+def _doctor_on_last_check(run: StackRun) -> list[tuple[str, str]]:
+    """``reproit-otel doctor --json`` where ``check`` ran: its ``last check`` findings."""
+    done = subprocess.run(
+        [*cli_command("doctor", "--json")],
+        cwd=run.workdir,
+        env=clean_environ(**run.base_env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    findings = json.loads(done.stdout)
+    return [(f["level"], f["message"]) for f in findings if f["topic"] == "last check"]
+
+
+def test_doctor_points_at_the_overrides_while_the_last_check_was_not_logged_in(
+    run: StackRun,
+) -> None:
+    code, result = run.check("warm", SHOP_LOGIN_REQUIRED="1")
+    assert (code, result["observedResult"]["status"]) == (3, 302), dumped(result)
+    capsule = str(Path(".reproit") / "capsules" / f"{run.captures['warm'].occurrence}.json")
+    path = run.captures["warm"].request.path.rsplit("/", 1)[1]
+    assert _doctor_on_last_check(run) == [
+        (
+            "warning",
+            f"the last check of {capsule} (POST /orders/{path}) was inconclusive: it "
+            f"redirected to a login page (/login?next=/orders/{path}), so the replayed request "
+            "was not logged in as production's; fix: mint a credential on this machine and run "
+            f"`reproit-otel check {capsule} --exec ... --header 'Name: value'` (or `--cookie "
+            "'name=value'`)",
+        )
+    ]
+    # The next check that is logged in replaces it: doctor has nothing more to say.
+    code, result = run.check("warm", SHOP_FIXED="1")
+    assert (code, result["verdict"]) == (0, "fixed"), dumped(result)
+    assert _doctor_on_last_check(run) == []
 
 
 def test_a_fix_that_goes_past_the_old_failure_point_is_fixed_beyond_the_recording(

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import itsdangerous
+import jose.jwt
 import jwt
 import pytest
 from flask import Flask, session
@@ -130,6 +131,7 @@ def test_every_installed_library_is_patched_and_restored_exactly() -> None:
         itsdangerous.timed.TimedSerializer.__dict__["loads"],
         signing.Signer.__dict__["unsign"],
         jwt.api_jwt.PyJWT.__dict__["decode_complete"],
+        jose.jwt.decode,
     )
     seams = credentials.install_credentials()
     try:
@@ -144,6 +146,7 @@ def test_every_installed_library_is_patched_and_restored_exactly() -> None:
             "django.contrib.auth:constant_time_compare",
             "django.middleware.csrf:_does_token_match",
             "jwt.api_jwt:PyJWT.decode_complete",
+            "jose.jwt:decode",
         ]
         assert credentials.installed_seams() == seams
         assert itsdangerous.serializer.Serializer.__dict__["loads"] is not originals[0]
@@ -155,6 +158,7 @@ def test_every_installed_library_is_patched_and_restored_exactly() -> None:
         itsdangerous.timed.TimedSerializer.__dict__["loads"],
         signing.Signer.__dict__["unsign"],
         jwt.api_jwt.PyJWT.__dict__["decode_complete"],
+        jose.jwt.decode,
     ) == originals
 
 

@@ -7,7 +7,10 @@ PostgreSQL (SQLAlchemy on psycopg2). The planted bug: the words-per-line summary
 the number of line breaks, so a one-line note answers 500 after it was saved.
 ``NOTES_FIXED=1`` is the fix.
 
-Environment: ``DATABASE_URL``, ``NOTES_SECRET_KEY``, ``NOTES_FIXED``.
+``NOTES_JWT=jose`` makes the tokens with python-jose instead, as FastAPI's tutorial did
+before it moved to PyJWT (``from jose import JWTError, jwt``; the same calls).
+
+Environment: ``DATABASE_URL``, ``NOTES_SECRET_KEY``, ``NOTES_FIXED``, ``NOTES_JWT``.
 ``python app.py init USER PASSWORD`` creates the tables and the user;
 ``uvicorn app:app`` serves it.
 """
@@ -20,7 +23,12 @@ import sys
 from collections.abc import Iterator
 from typing import Annotated, Any
 
-import jwt
+if os.environ.get("NOTES_JWT") == "jose":
+    from jose import JWTError as InvalidTokenError
+    from jose import jwt
+else:
+    import jwt
+    from jwt import InvalidTokenError
 from fastapi import Depends, FastAPI, HTTPException, status
 from fastapi.responses import PlainTextResponse
 from fastapi.security import OAuth2PasswordBearer
@@ -82,7 +90,7 @@ def get_current_user(token: Annotated[str, Depends(oauth2_scheme)], session: Ses
     )
     try:
         payload = jwt.decode(token, SECRET_KEY, algorithms=[ALGORITHM])
-    except jwt.InvalidTokenError:
+    except InvalidTokenError:
         raise refused from None
     user = session.scalar(select(User).where(User.username == payload.get("sub")))
     if user is None:
