@@ -79,7 +79,7 @@ from typing import Any
 
 from opentelemetry.trace import SpanKind
 
-from reproit_otel._guard import guarded
+from reproit_otel._guard import absorb, guarded
 from reproit_otel.capture import recording
 from reproit_otel.capture.recording import DeferredExchange, Unrecordable
 from reproit_otel.config import CAPTURE_MAX_EVENTS_CEILING
@@ -236,6 +236,26 @@ class ExchangeBinding(recording.ExchangeRecorder):
         self.adoptable: int | None = None
         """The first dependency span started right under ``span_id`` while the exchange was
         pending, before the operation was eager: it covers that span when it has no other."""
+
+    def finish_deferred(self, effect: str, build: DeferredExchange, held: int = 0) -> None:
+        """:meth:`recording.ExchangeRecorder.finish_deferred`, handed straight to the
+        operation (every recorded call of a capture passes here)."""
+        if recording.collecting.active:  # a finalizer, maybe inside one of our locked sections
+            recording.hand_over(functools.partial(self.finish_deferred, effect, build, held))
+            return
+        try:  # claimed once: see recording.ExchangeRecorder
+            self._unclaimed.pop()
+        except IndexError:
+            return
+        try:
+            if effect in recording.EFFECT_KINDS:
+                self.operation.exchange_deferred(self, effect, build, self.library, held)
+            else:
+                self.operation.exchange_failed(
+                    self, f"{self.library}: unknown effect kind {effect!r}"
+                )
+        except Exception as exc:
+            absorb(f"recording.finish[{self.library}]", exc)
 
 
 _monotonic_ns = time.monotonic_ns

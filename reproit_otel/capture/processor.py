@@ -728,6 +728,7 @@ class ReproitSpanProcessor(SpanProcessor):
                 return
             if operation.late:
                 stats["late_effect_operations"] += 1
+                operation.let_go()
                 return
             stats["operations_submitted"] += 1
         if not operation.trace_opened:
