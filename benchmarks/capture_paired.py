@@ -19,8 +19,8 @@ request one of three *arms* is switched on:
 ``reproit``  capture on, the floor off;
 ``floor``    capture off, the floor on.
 
-The arms run in triples, each triple a fresh random order of the three (seeded), the two
-payloads alternating triple by triple. The cost of an arm is the mean over the triples of
+The arms run in triples, each triple a fresh random order of the three (seeded); a small and
+a large triple make a round, in random order. The cost of an arm is the mean over the triples of
 *arm minus off*, trimmed of the 5 % most extreme differences at each end (a collector pause or
 a preemption inside one request moves a plain mean of 600 by tens of µs), with its 90 %
 confidence interval (Yuen's, from the winsorized variance); the plain mean and its Student's t
@@ -45,7 +45,8 @@ over the bare service, capture not configured over OpenTelemetry, and sentry-sdk
 off, alternating, and adds up per part of reproit-otel, by source file (span hooks:
 ``capture/processor.py``; exchange hand-over: ``capture/recording.py``,
 ``capture/operation.py``, ``wire/``; psycopg2 recorder; WSGI middleware:
-``instrumentation/wsgi.py``, ``capture/inbound.py``; requests recorder), the time spent in its
+``instrumentation/wsgi.py``, ``capture/inbound.py``; the requests recorder's body tap,
+``_requests_body.py``, apart from the rest of the requests recorder), the time spent in its
 own functions and in the builtins and other libraries' functions they call directly (not what
 those call in turn), capture on minus capture off. The profiler costs every call it sees, so
 these figures are larger than the paired cost; their shares say where the paired cost goes,
@@ -91,6 +92,7 @@ PARTS = (
     ("exchange hand-over", ("capture/recording.py", "capture/operation.py", "wire/")),
     ("psycopg2 recorder", ("instrumentation/_pg_", "instrumentation/psycopg2.py")),
     ("WSGI middleware", ("instrumentation/wsgi.py", "capture/inbound.py")),
+    ("requests body tap", ("instrumentation/_requests_body.py",)),
     ("requests recorder", ("instrumentation/requests.py", "instrumentation/_requests_")),
 )
 OTHER = "other reproit-otel code"

@@ -235,11 +235,14 @@ def test_capture_paired_quick(tmp_path: Path, postgres_dsn: str) -> None:
         "exchange hand-over",
         "psycopg2 recorder",
         "WSGI middleware",
+        "requests body tap",
         "requests recorder",
         "other reproit-otel code",
     ]
-    for name in list(parts)[:5]:  # every hook of the healthy path does more with capture on
+    for name in ("span hooks", "exchange hand-over", "psycopg2 recorder", "WSGI middleware"):
+        # every hook of the healthy path does more with capture on
         assert parts[name]["calls_on"] > parts[name]["calls_off"], name
+    assert parts["requests recorder"]["calls_on"] > parts["requests recorder"]["calls_off"]
     lines = done.stdout.splitlines()
     assert sum(line.strip().startswith("reproit-on costs ") for line in lines) == 4
     assert sum(line.strip().startswith("the floor costs ") for line in lines) == 4
