@@ -46,7 +46,8 @@ off, alternating, and adds up per part of reproit-otel, by source file (span hoo
 ``capture/processor.py``; exchange hand-over: ``capture/recording.py``,
 ``capture/operation.py``, ``wire/``; psycopg2 recorder; WSGI middleware:
 ``instrumentation/wsgi.py``, ``capture/inbound.py``; the requests recorder's body tap,
-``_requests_body.py``, apart from the rest of the requests recorder), the time spent in its
+``_requests_reads.py`` and ``_requests_body.py``, apart from the rest of the requests
+recorder), the time spent in its
 own functions and in the builtins and other libraries' functions they call directly (not what
 those call in turn), capture on minus capture off. The profiler costs every call it sees, so
 these figures are larger than the paired cost; their shares say where the paired cost goes,
@@ -92,7 +93,10 @@ PARTS = (
     ("exchange hand-over", ("capture/recording.py", "capture/operation.py", "wire/")),
     ("psycopg2 recorder", ("instrumentation/_pg_", "instrumentation/psycopg2.py")),
     ("WSGI middleware", ("instrumentation/wsgi.py", "capture/inbound.py")),
-    ("requests body tap", ("instrumentation/_requests_body.py",)),
+    (
+        "requests body tap",
+        ("instrumentation/_requests_reads.py", "instrumentation/_requests_body.py"),
+    ),
     ("requests recorder", ("instrumentation/requests.py", "instrumentation/_requests_")),
 )
 OTHER = "other reproit-otel code"
