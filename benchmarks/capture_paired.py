@@ -563,8 +563,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         _child_shape(args.child[0], int(args.child[1]))
         return
-    pairs = args.pairs or (20 if args.quick else 600)
-    rounds = args.rounds or (3 if args.quick else 20)
+    pairs = args.pairs or (20 if args.quick else 1200)
+    rounds = args.rounds or (3 if args.quick else 16)
     block = args.block or (5 if args.quick else 40)
     warmup = 20 if args.quick else 300
     profiled = 10 if args.quick else 300
