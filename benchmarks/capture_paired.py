@@ -37,8 +37,12 @@ configured), ``floor`` (``otel`` plus the floor, on) and ``sentry`` (sentry-sdk 
 instead of OpenTelemetry). They run short blocks of requests in turn, the order rotating every
 round; per round and payload each shape's block median is compared with ``otel``'s (``bare``'s
 for ``otel`` and ``sentry``) of the same round, and the cost is the mean of those differences
-over the rounds, with its 90 % interval. This measures what the paired run cannot: OpenTelemetry
-over the bare service, capture not configured over OpenTelemetry, and sentry-sdk.
+over the rounds. Each process has an offset of its own (its memory layout, what shares a cache
+with it) that rounds cannot average out, so the rounds are spread over several *generations*
+of fresh processes (4 by default) and the 90 % interval is taken over the generations' means
+(over the rounds with fewer than 3 generations). This measures what the paired run cannot:
+OpenTelemetry over the bare service, capture not configured over OpenTelemetry, and
+sentry-sdk.
 
 **Per hook, a diagnostic pass.** After the measured passes the paired process profiles
 (``cProfile``, timed by the thread's CPU clock) small-payload requests with capture on and
@@ -426,26 +430,47 @@ class _Shape:
             self.process.wait(10)
 
 
-def _interleaved(env: dict[str, str], rounds: int, block: int, warmup: int) -> dict[str, Any]:
-    children = [_Shape(shape, env, warmup) for shape in SHAPES]
+def _interleaved(
+    env: dict[str, str], rounds: int, block: int, warmup: int, generations: int
+) -> dict[str, Any]:
+    """``rounds`` rounds of blocks, spread over ``generations`` fresh sets of processes (each
+    process has its own offset: its memory layout, what shares a cache with it)."""
     means: dict[str, dict[str, dict[str, list[float]]]] = {
         payload: {shape: {"cpu": [], "wall": []} for shape in SHAPES} for payload in PAYLOADS
     }
-    try:
-        for child in children:
-            child.ready()
-        first = 0
-        for number in range(rounds):
-            turn = number % len(children)
-            for payload in PAYLOADS if number % 2 == 0 else PAYLOADS[::-1]:
-                for child in children[turn:] + children[:turn]:
-                    answer = child.block(payload, block, first)
-                    for metric in ("cpu", "wall"):
-                        means[payload][child.shape][metric].append(answer[metric])
-                first += block
-    finally:
-        for child in children:
-            child.stop()
+    first = 0
+    number = 0
+    for generation in range(generations):
+        children = [_Shape(shape, env, warmup) for shape in SHAPES]
+        try:
+            for child in children:
+                child.ready()
+            for _ in range(rounds // generations + (generation < rounds % generations)):
+                turn = number % len(children)
+                for payload in PAYLOADS if number % 2 == 0 else PAYLOADS[::-1]:
+                    for child in children[turn:] + children[:turn]:
+                        answer = child.block(payload, block, first)
+                        for metric in ("cpu", "wall"):
+                            means[payload][child.shape][metric].append(answer[metric])
+                    first += block
+                number += 1
+        finally:
+            for child in children:
+                child.stop()
+    sizes = [rounds // generations + (g < rounds % generations) for g in range(generations)]
+    by_generation = generations >= 3
+
+    def cost(differences: list[float]) -> dict[str, float]:
+        if not by_generation:
+            return mean_ci(differences)
+        # The interval over the generations' means: rounds of one set of processes share
+        # its offsets, so they are not independent of one another.
+        grouped, at = [], 0
+        for size in sizes:
+            grouped.append(statistics.fmean(differences[at : at + size]))
+            at += size
+        return mean_ci(grouped)
+
     figures: dict[str, Any] = {}
     for payload in PAYLOADS:
         entry: dict[str, Any] = {}
@@ -457,7 +482,7 @@ def _interleaved(env: dict[str, str], rounds: int, block: int, warmup: int) -> d
                 }
             }
             for shape, base in BASELINE.items():
-                costs[shape] = mean_ci(
+                costs[shape] = cost(
                     [
                         mine - theirs
                         for mine, theirs in zip(
@@ -468,7 +493,13 @@ def _interleaved(env: dict[str, str], rounds: int, block: int, warmup: int) -> d
             costs["reproit_on_over_floor"] = _ratio(costs["reproit-on"], costs["floor"], "mean")
             entry[metric] = costs
         figures[payload] = entry
-    return {"rounds": rounds, "block": block, "payloads": figures}
+    return {
+        "rounds": rounds,
+        "generations": generations,
+        "interval_over": "generations" if by_generation else "rounds",
+        "block": block,
+        "payloads": figures,
+    }
 
 
 def _report(document: dict[str, Any]) -> None:
@@ -499,7 +530,8 @@ def _report(document: dict[str, Any]) -> None:
         print(f"  {arm}: cost at the large payload minus at the small, CPU: {_shown(figure)}")
     print(
         f"\ninterleaved processes: {spread['rounds']} rounds of blocks of {spread['block']}"
-        " requests per shape and payload"
+        f" requests per shape and payload, {spread['generations']} sets of processes"
+        f" (intervals over the {spread['interval_over']})"
     )
     header = f"  {'shape':<12}{'over':<6}"
     for payload in PAYLOADS:
@@ -552,6 +584,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pairs", type=int, help="triples per payload in the paired process")
     parser.add_argument("--rounds", type=int, help="rounds of the interleaved processes")
     parser.add_argument("--block", type=int, help="requests per block, interleaved processes")
+    parser.add_argument(
+        "--generations", type=int, help="fresh sets of interleaved processes the rounds share"
+    )
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the figures here")
     parser.add_argument("--child-paired", nargs=3, type=int, help=argparse.SUPPRESS)
     parser.add_argument("--child", nargs=2, metavar=("SHAPE", "WARMUP"), help=argparse.SUPPRESS)
@@ -566,13 +601,14 @@ def main(argv: list[str] | None = None) -> None:
     pairs = args.pairs or (20 if args.quick else 1200)
     rounds = args.rounds or (3 if args.quick else 16)
     block = args.block or (5 if args.quick else 40)
+    generations = args.generations or (1 if args.quick else 4)
     warmup = 20 if args.quick else 300
     profiled = 10 if args.quick else 300
     started = time.monotonic()
     load = os.getloadavg()[0]
     with in_process_environment() as env:
         paired = _paired(env, pairs, warmup, profiled)
-        interleaved = _interleaved(env, rounds, block, warmup)
+        interleaved = _interleaved(env, rounds, block, warmup, min(generations, rounds))
     document = {
         "benchmark": "capture_paired",
         "quick": args.quick,

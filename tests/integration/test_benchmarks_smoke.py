@@ -228,6 +228,9 @@ def test_capture_paired_quick(tmp_path: Path, postgres_dsn: str) -> None:
             for shape in shapes[1:]:
                 assert set(spread[shape]) == estimate
                 assert spread[shape]["n"] == 3
+    interleaved = document["interleaved"]
+    assert (interleaved["rounds"], interleaved["generations"]) == (3, 1)
+    assert interleaved["interval_over"] == "rounds"
     assert set(paired["large_minus_small_cpu"]) == {"reproit", "floor"}
     parts = paired["breakdown"]["parts"]
     assert list(parts) == [
