@@ -11,7 +11,9 @@
    16-hex ``replaySeed``) when capture is on (a sink is configured), else nothing happens.
    The operation name and input come from the WSGI/ASGI middleware (``inbound.py``), or from
    the span's attributes when no middleware ran;
-2. tracks every span started under that server span and binds the exchanges recorders start
+2. notes every span started under that server span (one append: which spans an exchange
+   covers is decided only when a failure's capture is opened, ``operation.py``, ``span_log``)
+   and binds the exchanges recorders start
    through :mod:`reproit_otel.capture.recording` to its operation, which settles them; they
    become ``effect`` events in completion order (``operation.py`` says how
    ``effectsComplete`` is computed, D4, and when a capture's events are built). A span of a library
