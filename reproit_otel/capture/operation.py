@@ -6,7 +6,9 @@ and the bookkeeping that decides ``effectsComplete`` (PROTOCOL decision D4):
 
 * every span started under the operation's server span is tracked (parent, kind, name,
   instrumentation library), up to :data:`MAX_SPANS_PER_OPERATION` (:data:`HEAVY_MAX_SPANS` for
-  a capture while heavy capture is on);
+  a capture while heavy capture is on): noted by reference as it starts, and judged only when
+  the judgement is needed (a failing capture opened, see ``span_log`` in
+  :meth:`Operation.__init__`), so a healthy request pays one append per span;
 * a *dependency span* is a CLIENT span or a span with a ``db.system`` / ``db.system.name``
   attribute; each must be covered by a recorded exchange. An exchange covers the span that was
   current when the recorder started it (or that span's nearest dependency ancestor); a nested
