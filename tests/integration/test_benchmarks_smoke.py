@@ -186,3 +186,72 @@ def test_capture_failing_smoke(postgres_dsn: str) -> None:
     loads = [json.loads(line.split(" off ", 1)[1]) for line in lines if "uploads off " in line]
     assert [load["sent_batches"] for load in loads] == [0]
     assert any(line.startswith("request p99, uploads on minus off:") for line in lines)
+
+
+@pytest.mark.postgres
+def test_capture_paired_quick(tmp_path: Path, postgres_dsn: str) -> None:
+    # Paired arms in one process, the interleaved processes and the per-hook pass all run and
+    # report every figure, and capture began exactly one operation per request it was
+    # switched on for (no figure is asserted).
+    env = {**os.environ, "REPROIT_TEST_PG_DSN": postgres_dsn}
+    out = tmp_path / "capture_paired.json"
+    done = _benchmark("capture_paired", "--quick", "--json", str(out), env=env)
+    document: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+    assert (document["benchmark"], document["quick"]) == ("capture_paired", True)
+    assert set(document["machine"]) == {
+        "nproc",
+        "cpu_model",
+        "python",
+        "implementation",
+        "platform",
+    }
+    estimate = {"mean", "low", "high", "trimmed", "trimmed_low", "trimmed_high", "n"}
+    ratio = {"ratio", "low", "high"}
+    paired = document["paired"]
+    assert paired["operations_begun"] == 2 * paired["pairs"] == 40
+    for payload in ("small", "large"):
+        for metric in ("cpu", "wall"):
+            figures = paired["payloads"][payload][metric]
+            assert set(figures) == {
+                "request_off_us",
+                "reproit",
+                "floor",
+                "reproit_over_floor",
+                "reproit_over_floor_untrimmed",
+            }
+            assert set(figures["reproit"]) == set(figures["floor"]) == estimate
+            assert figures["reproit"]["n"] == figures["floor"]["n"] == 20
+            assert set(figures["reproit_over_floor"]) == ratio
+            spread = document["interleaved"]["payloads"][payload][metric]
+            shapes = ["bare", "otel", "reproit-off", "reproit-on", "floor", "sentry"]
+            assert list(spread["request_us"]) == shapes
+            for shape in shapes[1:]:
+                assert set(spread[shape]) == estimate
+                assert spread[shape]["n"] == 3
+    interleaved = document["interleaved"]
+    assert (interleaved["rounds"], interleaved["generations"]) == (3, 1)
+    assert interleaved["interval_over"] == "rounds"
+    assert set(paired["large_minus_small_cpu"]) == {"reproit", "floor"}
+    parts = paired["breakdown"]["parts"]
+    assert list(parts) == [
+        "span hooks",
+        "exchange hand-over",
+        "psycopg2 recorder",
+        "WSGI middleware",
+        "requests body tap",
+        "requests recorder",
+        "other reproit-otel code",
+    ]
+    for name in ("span hooks", "exchange hand-over", "psycopg2 recorder", "WSGI middleware"):
+        # every hook of the healthy path does more with capture on
+        assert parts[name]["calls_on"] > parts[name]["calls_off"], name
+    assert parts["requests recorder"]["calls_on"] > parts["requests recorder"]["calls_off"]
+    lines = done.stdout.splitlines()
+    assert sum(line.strip().startswith("reproit-on costs ") for line in lines) == 4
+    assert sum(line.strip().startswith("the floor costs ") for line in lines) == 4
+    assert sum(line.strip().startswith("ratio reproit/floor ") for line in lines) == 4
+    for payload in ("small", "large"):
+        assert any(
+            line.strip().startswith(f"{payload}: capture not configured over otel ")
+            for line in lines
+        )
