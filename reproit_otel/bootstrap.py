@@ -38,8 +38,9 @@ What :func:`install` does (once per provider; a second call returns the same pro
    uploader as its sink when capture is configured (``REPROIT_ENDPOINT``, ``REPROIT_API_KEY``,
    ``REPROIT_APP_ID``) and the debug dump when ``REPROIT_DEBUG_DUMP`` is set;
 4. installs the recorders (``requests``, ``httpx``, ``psycopg2``, ``psycopg``) whose library
-   is importable, the SQLAlchemy hook (``instrumentation/sqlalchemy.py``), the inbound middleware patches
-   for Flask, Starlette/FastAPI and Django (WSGI and ASGI), and the credential checks
+   is importable, the SQLAlchemy hook (``instrumentation/sqlalchemy.py``), the inbound
+   middleware patches for Flask, Starlette/FastAPI and Django (WSGI and ASGI), and the
+   credential checks
    (``instrumentation/credentials.py``: signed sessions, CSRF tokens, JWTs) whose library is
    importable.
 

@@ -154,7 +154,8 @@ class _Pg3Statement(_Statement):
                 description = [_Column(result, index) for index in range(result.nfields)]
             room = _KEEP - len(raw)
             if room > 0 and result.ntuples:
-                transformer.set_pgresult(result)
+                # The loaders were made while the connection was open (see _read_result).
+                transformer.set_pgresult(result, set_loaders=False)
                 raw.extend(transformer.load_rows(0, min(room, result.ntuples), tuple))
         if self.rows is not None:  # a server-side cursor: the rows fetched
             self.rows = None
@@ -220,12 +221,19 @@ def _read_result(cursor: Any, statement: _Pg3Statement) -> None:
     statement.row_count = cursor.rowcount
     if result is None or not result.nfields:
         return
-    transformer = Transformer.from_context(cursor)
-    statement.transformer = transformer
+    statement.transformer = _transformer(cursor, result)
     statement.results = [result]
     if result.ntuples > _KEEP:  # do not keep a large result alive: load what is recorded now
         statement._load()
         statement.transformer = None
+
+
+def _transformer(cursor: Any, result: Any) -> Any:
+    """A transformer with the loaders of ``result``'s columns, made now: a loader may read the
+    connection (a ``timestamptz`` loader its time zone), which may be closed by ``build()``."""
+    transformer = Transformer.from_context(cursor)
+    transformer.set_pgresult(result)
+    return transformer
 
 
 def _held(statement: _Pg3Statement) -> int:
@@ -304,12 +312,14 @@ def _ran(
         return
     try:
         if isinstance(cursor, _SERVER_CURSORS):
-            statement.command = cursor.statusmessage
+            # The DECLARE psycopg sent (psycopg2 records a named cursor's the same way).
+            statement.command = "DECLARE CURSOR"
             statement.row_count = 0
             statement.rows = []  # collecting: see _Pg3Statement._load
             described = cursor.pgresult  # the portal's description: the columns
             statement.results = [described] if described is not None else []
-            statement.transformer = Transformer.from_context(cursor)
+            if described is not None and described.nfields:
+                statement.transformer = _transformer(cursor, described)
             _pending_of(cursor._conn, create=True)[cursor] = (recorder, statement)
             return
         _read_result(cursor, statement)

@@ -1,10 +1,11 @@
 """Recording harness for the psycopg 3 tests.
 
-:func:`record` runs an application function (plain or ``async``) inside a server span with the
-real span processor, the psycopg 3 recorder and OpenTelemetry's psycopg instrumentation
-against the real PostgreSQL, and returns what the function returned, the finished operation's
-events and the names of the spans made. It mirrors :func:`tests.integration.pg_support.record`
-(psycopg2), so the same statements can be recorded through both drivers and compared.
+:func:`recording` installs the psycopg 3 recorder and OpenTelemetry's psycopg instrumentation
+with the real span processor, and yields a :class:`Session` whose ``operation`` context
+manager makes one server span (an operation). :func:`record` runs one application function
+(plain or ``async``) as one operation against the real PostgreSQL and returns what it returned
+and the operation's events, like :func:`tests.integration.pg_support.record` for psycopg2, so
+the same statements can be recorded through both drivers and compared.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
@@ -28,21 +30,64 @@ from tests.integration.pg_support import Recorded
 from tests.integration.pipeline_support import ListSink
 
 
+@dataclass
+class Session:
+    tracer: Any
+    sink: ListSink
+    processor: ReproitSpanProcessor
+    exporter: InMemorySpanExporter
+
+    @contextmanager
+    def operation(self, name: str = "GET /orders") -> Iterator[None]:
+        with self.tracer.start_as_current_span(name, kind=SpanKind.SERVER):
+            yield
+
+    def recorded(self, count: int = 1) -> list[Recorded]:
+        traces = self.sink.wait_for(count)
+        spans = [span.name for span in self.exporter.get_finished_spans()]
+        return [Recorded(None, trace.events, spans) for trace in traces]
+
+
 @contextmanager
-def _otel(enabled: bool, provider: TracerProvider) -> Iterator[None]:
-    if not enabled:
-        yield
-        return
-    PsycopgInstrumentor().instrument(tracer_provider=provider, skip_dep_check=True)
+def recording(
+    *, otel: bool = True, otel_first: bool = False, recorder: bool = True
+) -> Iterator[Session]:
+    """The recorder (unless ``recorder`` is false) and OpenTelemetry's psycopg instrumentation
+    (unless ``otel`` is false)."""
+    sink = ListSink()
+    processor = ReproitSpanProcessor(read_config({}), [sink])
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    session = Session(provider.get_tracer("tests"), sink, processor, exporter)
+    instrumentor = PsycopgInstrumentor()
     try:
-        yield
+        if otel and otel_first:
+            instrumentor.instrument(tracer_provider=provider, skip_dep_check=True)
+        if recorder:
+            install_recorder()
+        if otel and not otel_first:
+            instrumentor.instrument(tracer_provider=provider, skip_dep_check=True)
+        yield session
     finally:
-        PsycopgInstrumentor().uninstrument()
+        if otel:
+            instrumentor.uninstrument()
+        uninstall_recorder()
+        provider.shutdown()
+
+
+def call(function: Callable[..., Any], *args: Any) -> Any:
+    """``function(*args)``, run to its end on a new event loop when it is a coroutine."""
+    result = function(*args)
+    if inspect.iscoroutine(result):
+        return asyncio.run(result)
+    return result
 
 
 def record(
     dsn: str,
-    app: Callable[[str], Any],
+    app: Callable[..., Any],
     *,
     otel: bool = True,
     otel_first: bool = False,
@@ -50,47 +95,17 @@ def record(
 ) -> Recorded:
     """Run ``app(dsn)`` as one captured server operation against the live database.
 
-    ``before(dsn)`` runs first, with the recorder installed but outside any operation (a
-    warm pool, a connection set up at boot); what it returns is passed to ``app`` as its
-    second argument.
+    ``before(dsn)`` runs first, recorded but outside any operation (a pool warmed at boot);
+    what it returns is passed to ``app`` as a second argument.
     """
-    sink = ListSink()
-    processor = ReproitSpanProcessor(read_config({}), [sink])
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(processor)
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracer = provider.get_tracer("tests")
-    try:
-        if otel_first:
-            with _otel(otel, provider):
-                install_recorder()
-                result = _run(tracer, app, dsn, before)
+    with recording(otel=otel, otel_first=otel_first) as session:
+        if before is None:
+            with session.operation():
+                result = call(app, dsn)
         else:
-            install_recorder()
-            with _otel(otel, provider):
-                result = _run(tracer, app, dsn, before)
-        traces = sink.wait_for(1)
-    finally:
-        uninstall_recorder()
-        provider.shutdown()
-    spans = [span.name for span in exporter.get_finished_spans()]
-    return Recorded(result, traces[0].events, spans)
-
-
-def _call(function: Callable[..., Any], *args: Any) -> Any:
-    result = function(*args)
-    if inspect.iscoroutine(result):
-        return asyncio.run(result)
-    return result
-
-
-def _run(
-    tracer: Any, app: Callable[..., Any], dsn: str, before: Callable[[str], Any] | None
-) -> Any:
-    if before is None:
-        with tracer.start_as_current_span("GET /orders", kind=SpanKind.SERVER):
-            return _call(app, dsn)
-    prepared = before(dsn)
-    with tracer.start_as_current_span("GET /orders", kind=SpanKind.SERVER):
-        return _call(app, dsn, prepared)
+            prepared = before(dsn)
+            with session.operation():
+                result = call(app, dsn, prepared)
+        [recorded] = session.recorded()
+    recorded.result = result
+    return recorded
