@@ -572,3 +572,38 @@ def test_without_the_recorder_psycopg3_spans_leave_the_capture_incomplete(dsn: s
     assert recorded.exchanges == []
     assert recorded.spans == ["SELECT", "GET /orders"]
     assert recorded.returned["effectsComplete"] is False
+
+
+def test_a_large_result_keeps_64_rows_and_says_it_was_truncated(dsn: str) -> None:
+    def app(dsn: str) -> Any:
+        with psycopg.connect(dsn) as conn:
+            cur = conn.execute("SELECT n FROM generate_series(1, 100) AS n")
+            whole = cur.fetchall()
+            with conn.cursor(name="big") as named:
+                named.execute("SELECT n FROM generate_series(1, 100) AS n")
+                fetched = named.fetchall()
+            return len(whole), len(fetched)
+
+    recorded = record(dsn, app)
+    assert recorded.result == (100, 100)
+    for exchange in recorded.exchanges:
+        response = exchange["response"]
+        assert (response["rowCount"], response.get("truncated"), len(response["rows"])) == (
+            100,
+            True,
+            64,
+        )
+        assert response["rows"][-1] == {"n": 64}
+
+
+def test_pipeline_mode_is_honestly_incomplete(dsn: str) -> None:
+    def app(dsn: str) -> Any:
+        with psycopg.connect(dsn) as conn:
+            with conn.pipeline():
+                cur = conn.execute("SELECT qty FROM orders WHERE id = %s", (2,))
+            return cur.fetchone()
+
+    recorded = record(dsn, app)
+    assert recorded.result == (20,)
+    assert recorded.exchanges == []
+    assert recorded.returned["effectsComplete"] is False
