@@ -43,7 +43,13 @@ from the cursor's adapters. Rows are loaded from that result and encoded in ``bu
 when the operation may be uploaded; a result of more than 65 rows is loaded at once (65 rows)
 so the recording does not keep a large result alive. A server-side cursor's rows (from
 several ``FETCH`` results) are loaded when its exchange finishes, as a psycopg2 named
-cursor's are, and encoded in ``build()``.
+cursor's are, and encoded in ``build()``. The capture budget counts the bytes a statement
+keeps: the size of each variable-length value of the rows to record, read from the result.
+
+Locks and finalizers: none here. Server-side cursors waiting for their rows are kept per
+connection in a ``weakref.WeakKeyDictionary``, whose callbacks are the standard library's and
+only drop the entry; their exchanges are finished by calls of the application (a fetch,
+``execute``, ``close``, ``commit``, ``rollback``).
 
 Each exchange belongs to the operation of the OpenTelemetry context current when the
 statement starts; asyncio tasks copy their context, so statements of tasks a request starts
