@@ -49,7 +49,7 @@ keeps: the size of each variable-length value of the rows to record, read from t
 Locks and finalizers: none here. Server-side cursors waiting for their rows are kept per
 connection in a ``weakref.WeakKeyDictionary``, whose callbacks are the standard library's and
 only drop the entry; their exchanges are finished by calls of the application (a fetch,
-``execute``, ``close``, ``commit``, ``rollback``).
+``execute``, ``close`` of the cursor or its connection, ``commit``, ``rollback``).
 
 Each exchange belongs to the operation of the OpenTelemetry context current when the
 statement starts; asyncio tasks copy their context, so statements of tasks a request starts
@@ -460,6 +460,30 @@ def _settling_gen(original: Callable[..., Any], of_connection: bool) -> Callable
     return _gen
 
 
+def _closing(original: Callable[..., Any], asynchronous: bool) -> Callable[..., Any]:
+    """A connection's ``close``, finishing its server-side cursors' exchanges first."""
+
+    def settle(connection: Any) -> None:
+        try:
+            _settle_all(connection)
+        except Exception as exc:
+            absorb("psycopg.record", exc)
+
+    if asynchronous:
+
+        async def aclose(self: Any) -> Any:
+            settle(self)
+            return await original(self)
+
+        return aclose
+
+    def close(self: Any) -> Any:
+        settle(self)
+        return original(self)
+
+    return close
+
+
 # --------------------------------------------------------------------------- the patches
 
 
@@ -599,6 +623,8 @@ def _patches() -> list[tuple[type, str, Callable[[Callable[..., Any]], Callable[
         (mixin, "_close_gen", lambda f: _settling_gen(f, False)),
         (BaseConnection, "_commit_gen", lambda f: _settling_gen(f, True)),
         (BaseConnection, "_rollback_gen", lambda f: _settling_gen(f, True)),
+        (psycopg.Connection, "close", lambda f: _closing(f, False)),
+        (psycopg.AsyncConnection, "close", lambda f: _closing(f, True)),
     ]
 
 
