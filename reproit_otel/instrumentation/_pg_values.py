@@ -36,7 +36,8 @@ that could be                                                      or are ``$pg`
 mistaken for a tag
 Range (extras)         ``{"$pg":"range","type":NAME,"v":           NumericRange, DateRange,
                        [lower, upper, bounds]}`` / ``"v":null``   DateTimeRange,
-                       when empty                                  DateTimeTZRange
+                       when empty                                  DateTimeTZRange; psycopg
+                                                                   3's ``Range``: ``"Range"``
 ``ipaddress`` objects  ``{"$pg":"ip","type":NAME,"v":TEXT}``
 ====================  ==========================================  ===========================
 
@@ -62,7 +63,7 @@ import decimal
 import ipaddress
 import math
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from reproit_otel.wire._js import utf16_key
@@ -187,9 +188,11 @@ def _is_record(value: tuple[Any, ...]) -> bool:
 
 
 def _encode_range(value: Any) -> dict[str, Any] | None:
+    if type(value).__module__ == _PSYCOPG_RANGES:
+        return _encode_psycopg_range(value)
     try:
         from psycopg2 import extras
-    except ImportError:  # pragma: no cover - psycopg2 is present whenever this runs
+    except ImportError:  # psycopg 3 alone
         return None
     if not isinstance(value, extras.Range):
         return None
@@ -208,29 +211,47 @@ def _encode_range(value: Any) -> dict[str, Any] | None:
 
 
 _RANGE_TYPES = ("NumericRange", "DateRange", "DateTimeRange", "DateTimeTZRange", "Range")
+_PSYCOPG_RANGES = "psycopg.types.range"
 
 
-def encode_params(params: Any) -> Any:
+def _encode_psycopg_range(value: Any) -> dict[str, Any] | None:
+    """A psycopg 3 ``Range`` (every range type loads as one): ``type`` ``"Range"``, with the
+    bounds psycopg 3 keeps; a ``Multirange`` has no encoding."""
+    if type(value).__name__ != "Range":
+        return None
+    if value.isempty:
+        return _tagged("range", None, type="Range")
+    return _tagged(
+        "range", [encode_value(value.lower), encode_value(value.upper), value.bounds], type="Range"
+    )
+
+
+def encode_params(params: Any, literal: Callable[[Any], Any] | None = None) -> Any:
     """The ``values`` of a statement: an array for positional, an object for named ones.
 
-    Values that have no encoding are recorded as the SQL literal psycopg2 would send.
+    Values that have no encoding are recorded as the SQL literal the driver would send:
+    ``literal(value)`` (psycopg 3's recorder passes its own), by default psycopg2's.
     """
     if isinstance(params, Mapping):
-        return {str(key): _encode_param(item) for key, item in params.items()}
+        return {str(key): _encode_param(item, literal) for key, item in params.items()}
     if isinstance(params, Sequence) and not isinstance(params, (str, bytes)):
-        return [_encode_param(item) for item in params]
-    return [_encode_param(params)]
+        return [_encode_param(item, literal) for item in params]
+    return [_encode_param(params, literal)]
 
 
-def _encode_param(value: Any) -> Any:
+def _psycopg2_literal(value: Any) -> Any:
+    from psycopg2 import extensions
+
+    return extensions.adapt(value).getquoted()
+
+
+def _encode_param(value: Any, literal: Callable[[Any], Any] | None = None) -> Any:
     try:
         return encode_value(value)
     except UnsupportedValue:
         pass
-    from psycopg2 import extensions
-
     try:
-        quoted = extensions.adapt(value).getquoted()
+        quoted = (literal or _psycopg2_literal)(value)
     except Exception as error:  # psycopg2 would refuse it too; keep the type
         return _tagged("unadaptable", f"{type(error).__name__}", type=type(value).__qualname__)
     text = quoted.decode("utf-8", "replace") if isinstance(quoted, bytes) else str(quoted)
