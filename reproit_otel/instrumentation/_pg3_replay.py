@@ -37,13 +37,18 @@ psycopg2 or psycopg 3 alike. What is psycopg 3 here:
   the recorded ``server_version`` parameter, else 15.0; ``timezone`` from ``TimeZone``);
   ``adapters`` is a real ``AdaptersMap``; ``TypeInfo.fetch`` (SQLAlchemy's hstore probe)
   runs its catalogue query through the stub.
+* A cursor class instantiated on a stub connection (``psycopg.ClientCursor(conn)``, Django's
+  server-side cursor for ``QuerySet.iterator()``) gives a stub cursor. A cursor's ``query``
+  (and ``_query.query``, which Django's ``last_executed_query`` reads when ``DEBUG`` is on)
+  is the statement psycopg would have sent, converted by psycopg's own query classes
+  (parameters merged into it when the cursor is a ``ClientCursor``, Django's default);
+  ``mogrify()`` renders it as ``ClientCursor.mogrify`` does.
 
 Limits: a connection subclass's own methods do not run (the stub replaces the class); a
-``cursor_factory`` (``ClientCursor``, OpenTelemetry's traced cursor) is not used, so statement
-spans of OpenTelemetry's psycopg instrumentation are not produced in replay; a cursor class
-instantiated directly on a stub connection (``psycopg.Cursor(conn)``) is refused by psycopg;
-``copy()``, pipelines' batching, ``notifies`` and large objects are not replayed (``copy()``
-diverges).
+``cursor_factory`` (``ClientCursor``, OpenTelemetry's traced cursor) is not used beyond telling
+whether the cursor binds client-side, so a cursor class's own methods do not run and statement
+spans of OpenTelemetry's psycopg instrumentation are not produced in replay; ``copy()``,
+pipelines' batching, ``notifies`` and large objects are not replayed (``copy()`` diverges).
 """
 
 from __future__ import annotations
@@ -206,8 +211,9 @@ class _CursorCore:
         self.rownumber: int | None = None
         self.statusmessage: str | None = None
         self.lastrowid: Any = None
-        self._query: Any = None
+        self._query: _ServedQuery | None = None
         self._params: Any = None
+        self._kind: type | None = None  # the psycopg cursor class this cursor stands for
         self._rows: list[tuple[Any, ...]] = []
         self._pos = 0
         self._make_row: Any = None
@@ -238,8 +244,8 @@ class _CursorCore:
         return [psycopg.Column(self, index) for index in range(result.nfields)]
 
     @property
-    def query(self) -> Any:
-        return self._query
+    def query(self) -> bytes | None:
+        return None if self._query is None else self._query.query
 
     @property
     def params(self) -> Any:
@@ -271,7 +277,7 @@ class _CursorCore:
             values: Any = [redact_sql_values(text, encode_params(item)) for item in params]
         else:
             values = None if params is None else redact_sql_values(text, encode_params(params))
-        self._query = text.encode("utf-8")
+        self._query = _ServedQuery(self, query, None if many else params)
         self._params = params
         self._load(self._serve(text, values))
 
@@ -373,8 +379,21 @@ class _CursorCore:
     def _close(self) -> None:
         self._closed = True
 
+    @property
+    def _client(self) -> bool:
+        """Whether the cursor binds its parameters client-side (a ``ClientCursor``)."""
+        from psycopg.client_cursor import ClientCursorMixin
+
+        kind = self._kind
+        return kind is not None and issubclass(kind, ClientCursorMixin)
+
     def nextset(self) -> bool | None:
         return None
+
+    def mogrify(self, query: Any, params: Any = None) -> str:
+        """The statement with its parameters merged, as ``ClientCursor.mogrify`` renders it."""
+        converted = _converted(self.adapters, query, params, client=True)
+        return bytes(converted.query).decode("utf-8")
 
     def setinputsizes(self, sizes: Any) -> None:
         pass
@@ -405,6 +424,58 @@ def _row(
         served_value(decode(value), oids[index] if index < len(oids) else None, zone, adapters)
         for index, value in enumerate(raw)
     )
+
+
+# ------------------------------------------------------------ the query a cursor shows
+
+
+class _Adapting:
+    """An adaptation context of a cursor's adapters and no connection (there is no server)."""
+
+    connection = None
+
+    def __init__(self, adapters: Any) -> None:
+        self.adapters = adapters
+
+
+def _converted(adapters: Any, query: Any, params: Any, client: bool) -> Any:
+    """``query`` and ``params`` converted by psycopg's own query classes, as a live cursor
+    converts them before sending (client-side: the literals merged into the text)."""
+    from psycopg._queries import PostgresClientQuery, PostgresQuery
+    from psycopg.adapt import Transformer
+
+    transformer = Transformer(_Adapting(adapters))
+    converted = (PostgresClientQuery if client else PostgresQuery)(transformer)
+    converted.convert(query, params)
+    return converted
+
+
+class _ServedQuery:
+    """What ``cursor._query`` holds after a served statement: ``query`` is the text psycopg
+    would have sent (Django's ``last_executed_query`` reads it), converted when first read."""
+
+    __slots__ = ("_cursor", "_params", "_query", "_text")
+
+    def __init__(self, cursor: _CursorCore, query: Any, params: Any) -> None:
+        self._cursor = cursor
+        self._query = query
+        self._params = params
+        self._text: bytes | None = None
+
+    @property
+    def query(self) -> bytes:
+        if self._text is None:
+            cursor = self._cursor
+            try:
+                converted = _converted(cursor.adapters, self._query, self._params, cursor._client)
+                self._text = bytes(converted.query)
+            except Exception:  # what psycopg would refuse to send: the statement as given
+                self._text = cursor._text(self._query).encode("utf-8")
+        return self._text
+
+    @property
+    def params(self) -> Any:
+        return self._params
 
 
 class StubCursor(_CursorCore):
@@ -734,9 +805,11 @@ class _ConnectionCore:
 
     def _new_cursor(self, name: str, row_factory: Any, scrollable: Any, withhold: bool) -> Any:
         self._check()
-        return self._cursor_class(
+        cursor = self._cursor_class(
             self, name, row_factory=row_factory, scrollable=scrollable, withhold=withhold
         )
+        cursor._kind = self.server_cursor_factory if name else self.cursor_factory
+        return cursor
 
     # -- transaction status (what a live connection would show)
 
@@ -1021,7 +1094,8 @@ class PsycopgReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
     ``instrument()`` patches ``psycopg.connect``, ``Connection.connect``,
     ``AsyncConnection.connect`` and ``TypeInfo.fetch``; ``uninstrument()`` restores every
-    original exactly.
+    original exactly. The first ``instrument()`` also gives psycopg's cursor classes a
+    ``__new__`` that stays (see :func:`_hook_cursor_classes`).
     ``instrument(secret_values=(...))`` names the values to scrub from live statements before
     matching (default: the configured ``REPROIT_SECRET_VALUES``).
     """
@@ -1057,6 +1131,7 @@ class PsycopgReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         self._patch(psycopg.AsyncConnection, "connect", classmethod(_marked(connect_async)))
         self._patch(psycopg, "connect", _marked(module_connect))
 
+        _hook_cursor_classes()
         original_fetch = TypeInfo.__dict__["fetch"].__func__
 
         def fetch(cls: Any, conn: Any, name: Any) -> Any:
@@ -1076,6 +1151,31 @@ class PsycopgReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         for owner, name, original in reversed(getattr(self, "_patches", [])):
             setattr(owner, name, original)
         self._patches = []
+
+
+def _new_cursor(cls: Any, connection: Any = None, *args: Any, **options: Any) -> Any:
+    """``BaseCursor.__new__``: a cursor class built on a stub connection gives a stub cursor
+    (``psycopg.ClientCursor(conn)``, Django's server-side cursor for ``QuerySet.iterator()``);
+    on any other connection, the class's own instance."""
+    if not isinstance(connection, _ConnectionCore):
+        return object.__new__(cls)
+    name = args[0] if args and isinstance(args[0], str) else options.pop("name", "")
+    cursor = connection._cursor_class(connection, name, **options)
+    cursor._kind = cls
+    return cursor
+
+
+def _hook_cursor_classes() -> None:
+    """Give psycopg's cursor classes :func:`_new_cursor` (once; it stays).
+
+    It is not removed by ``uninstrument()``: CPython cannot give a class back the ``__new__``
+    it inherited from ``object`` once one was set on it (instances would then be refused
+    their arguments), and the hook does nothing for a connection that is not a stub.
+    """
+    from psycopg._cursor_base import BaseCursor
+
+    if "__new__" not in BaseCursor.__dict__:
+        BaseCursor.__new__ = staticmethod(_marked(_new_cursor))  # type: ignore[method-assign]
 
 
 def _fetch_type_info(cls: Any, conn: _ConnectionCore, name: Any) -> Any:
