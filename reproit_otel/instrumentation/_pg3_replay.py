@@ -37,18 +37,15 @@ psycopg2 or psycopg 3 alike. What is psycopg 3 here:
   the recorded ``server_version`` parameter, else 15.0; ``timezone`` from ``TimeZone``);
   ``adapters`` is a real ``AdaptersMap``; ``TypeInfo.fetch`` (SQLAlchemy's hstore probe)
   runs its catalogue query through the stub.
-* A cursor class instantiated on a stub connection (``psycopg.ClientCursor(conn)``, Django's
-  server-side cursor for ``QuerySet.iterator()``) gives a stub cursor. A cursor's ``query``
-  (and ``_query.query``, which Django's ``last_executed_query`` reads when ``DEBUG`` is on)
-  is the statement psycopg would have sent, converted by psycopg's own query classes
-  (parameters merged into it when the cursor is a ``ClientCursor``, Django's default);
-  ``mogrify()`` renders it as ``ClientCursor.mogrify`` does.
+* A cursor class instantiated on a stub connection (``psycopg.ClientCursor(conn)``,
+  ``ServerCursor(conn, name)``, Django's server-side cursor for ``QuerySet.iterator()``)
+  gives a stub cursor (:func:`_new_cursor`).
 
 Limits: a connection subclass's own methods do not run (the stub replaces the class); a
-``cursor_factory`` (``ClientCursor``, OpenTelemetry's traced cursor) is not used beyond telling
-whether the cursor binds client-side, so a cursor class's own methods do not run and statement
-spans of OpenTelemetry's psycopg instrumentation are not produced in replay; ``copy()``,
-pipelines' batching, ``notifies`` and large objects are not replayed (``copy()`` diverges).
+``cursor_factory`` (``ClientCursor``, OpenTelemetry's traced cursor) is not used, nor are a
+cursor class's own methods, so statement spans of OpenTelemetry's psycopg instrumentation are
+not produced in replay; ``copy()``, pipelines' batching, ``notifies`` and large objects are not
+replayed (``copy()`` diverges).
 """
 
 from __future__ import annotations
@@ -211,9 +208,8 @@ class _CursorCore:
         self.rownumber: int | None = None
         self.statusmessage: str | None = None
         self.lastrowid: Any = None
-        self._query: _ServedQuery | None = None
+        self._query: Any = None
         self._params: Any = None
-        self._kind: type | None = None  # the psycopg cursor class this cursor stands for
         self._rows: list[tuple[Any, ...]] = []
         self._pos = 0
         self._make_row: Any = None
@@ -277,7 +273,7 @@ class _CursorCore:
             values: Any = [redact_sql_values(text, encode_params(item)) for item in params]
         else:
             values = None if params is None else redact_sql_values(text, encode_params(params))
-        self._query = _ServedQuery(self, query, None if many else params)
+        self._query = _SentQuery(self, text, None if many else params)
         self._params = params
         self._load(self._serve(text, values))
 
@@ -379,21 +375,18 @@ class _CursorCore:
     def _close(self) -> None:
         self._closed = True
 
-    @property
-    def _client(self) -> bool:
-        """Whether the cursor binds its parameters client-side (a ``ClientCursor``)."""
-        from psycopg.client_cursor import ClientCursorMixin
+    def mogrify(self, query: Any, params: Any = None) -> str:
+        """The statement with its parameters merged, as a ``ClientCursor`` would send it."""
+        from psycopg._queries import PostgresClientQuery
+        from psycopg.adapt import Transformer
 
-        kind = self._kind
-        return kind is not None and issubclass(kind, ClientCursorMixin)
+        query = query if isinstance(query, (str, bytes)) else self._text(query)
+        merged = PostgresClientQuery(Transformer())
+        merged.convert(query, params)
+        return bytes(merged.query).decode("utf-8")
 
     def nextset(self) -> bool | None:
         return None
-
-    def mogrify(self, query: Any, params: Any = None) -> str:
-        """The statement with its parameters merged, as ``ClientCursor.mogrify`` renders it."""
-        converted = _converted(self.adapters, query, params, client=True)
-        return bytes(converted.query).decode("utf-8")
 
     def setinputsizes(self, sizes: Any) -> None:
         pass
@@ -403,6 +396,19 @@ class _CursorCore:
 
     def _copy(self, statement: Any) -> Any:
         return diverge(pg_probe(self._text(statement)), "reproit: psycopg COPY cannot be replayed")
+
+
+class _SentQuery:
+    """psycopg's query object (``cursor._query``, which Django reads): the statement with its
+    parameters merged, as a ``ClientCursor`` sends it."""
+
+    def __init__(self, cursor: _CursorCore, text: str, params: Any) -> None:
+        self.params = params
+        try:
+            merged = text if params is None else cursor.mogrify(text, params)
+        except Exception:  # informational only
+            merged = text
+        self.query = merged.encode("utf-8")
 
 
 def _tuples_ok() -> Any:
@@ -424,58 +430,6 @@ def _row(
         served_value(decode(value), oids[index] if index < len(oids) else None, zone, adapters)
         for index, value in enumerate(raw)
     )
-
-
-# ------------------------------------------------------------ the query a cursor shows
-
-
-class _Adapting:
-    """An adaptation context of a cursor's adapters and no connection (there is no server)."""
-
-    connection = None
-
-    def __init__(self, adapters: Any) -> None:
-        self.adapters = adapters
-
-
-def _converted(adapters: Any, query: Any, params: Any, client: bool) -> Any:
-    """``query`` and ``params`` converted by psycopg's own query classes, as a live cursor
-    converts them before sending (client-side: the literals merged into the text)."""
-    from psycopg._queries import PostgresClientQuery, PostgresQuery
-    from psycopg.adapt import Transformer
-
-    transformer = Transformer(_Adapting(adapters))
-    converted = (PostgresClientQuery if client else PostgresQuery)(transformer)
-    converted.convert(query, params)
-    return converted
-
-
-class _ServedQuery:
-    """What ``cursor._query`` holds after a served statement: ``query`` is the text psycopg
-    would have sent (Django's ``last_executed_query`` reads it), converted when first read."""
-
-    __slots__ = ("_cursor", "_params", "_query", "_text")
-
-    def __init__(self, cursor: _CursorCore, query: Any, params: Any) -> None:
-        self._cursor = cursor
-        self._query = query
-        self._params = params
-        self._text: bytes | None = None
-
-    @property
-    def query(self) -> bytes:
-        if self._text is None:
-            cursor = self._cursor
-            try:
-                converted = _converted(cursor.adapters, self._query, self._params, cursor._client)
-                self._text = bytes(converted.query)
-            except Exception:  # what psycopg would refuse to send: the statement as given
-                self._text = cursor._text(self._query).encode("utf-8")
-        return self._text
-
-    @property
-    def params(self) -> Any:
-        return self._params
 
 
 class StubCursor(_CursorCore):
@@ -656,7 +610,7 @@ class _StubInfo:
         self._conn = conn
         self._dsn = dsn
         self._status = ConnStatus
-        self.transaction_status = TransactionStatus.IDLE
+        self._transaction_status = TransactionStatus.IDLE
         self.pipeline_status = PipelineStatus.OFF
         self.vendor = "PostgreSQL"
         self.backend_pid = 0
@@ -666,6 +620,17 @@ class _StubInfo:
     @property
     def status(self) -> Any:
         return self._status.BAD if self._conn.closed else self._status.OK
+
+    @property
+    def transaction_status(self) -> Any:
+        from psycopg.pq import TransactionStatus
+
+        # A closed connection's is UNKNOWN: what makes a pool discard it.
+        return TransactionStatus.UNKNOWN if self._conn.closed else self._transaction_status
+
+    @transaction_status.setter
+    def transaction_status(self, value: Any) -> None:
+        self._transaction_status = value
 
     @property
     def dsn(self) -> str:
@@ -805,11 +770,9 @@ class _ConnectionCore:
 
     def _new_cursor(self, name: str, row_factory: Any, scrollable: Any, withhold: bool) -> Any:
         self._check()
-        cursor = self._cursor_class(
+        return self._cursor_class(
             self, name, row_factory=row_factory, scrollable=scrollable, withhold=withhold
         )
-        cursor._kind = self.server_cursor_factory if name else self.cursor_factory
-        return cursor
 
     # -- transaction status (what a live connection would show)
 
@@ -1160,17 +1123,15 @@ def _new_cursor(cls: Any, connection: Any = None, *args: Any, **options: Any) ->
     if not isinstance(connection, _ConnectionCore):
         return object.__new__(cls)
     name = args[0] if args and isinstance(args[0], str) else options.pop("name", "")
-    cursor = connection._cursor_class(connection, name, **options)
-    cursor._kind = cls
-    return cursor
+    return connection._cursor_class(connection, name, **options)
 
 
 def _hook_cursor_classes() -> None:
     """Give psycopg's cursor classes :func:`_new_cursor` (once; it stays).
 
-    It is not removed by ``uninstrument()``: CPython cannot give a class back the ``__new__``
-    it inherited from ``object`` once one was set on it (instances would then be refused
-    their arguments), and the hook does nothing for a connection that is not a stub.
+    ``uninstrument()`` does not remove it: CPython cannot give a class back the ``__new__`` it
+    inherited from ``object`` once one was set on it (instances would then be refused their
+    arguments), and the hook does nothing for a connection that is not a stub.
     """
     from psycopg._cursor_base import BaseCursor
 
