@@ -12,7 +12,8 @@ whether the OpenTelemetry psycopg instrumentation was installed before or after 
 What is recorded (one ``pg`` exchange per statement, the psycopg2 shape, PROTOCOL 4.4):
 
 * ``Cursor.execute``/``AsyncCursor.execute`` (so ``Connection.execute`` too) and
-  ``executemany``: the statement as passed, its parameters as ``values``; ``command``,
+  ``executemany``: the statement as passed, its parameters as ``values`` (encoded by
+  :func:`~._pg3_values.encode_params`, as replay encodes the live ones); ``command``,
   ``rowCount`` and the first 64 rows of the result, and ``columns`` in psycopg2's
   ``description`` form (``[name, type_code, display_size, internal_size, precision, scale,
   null_ok, table_oid, table_column]``, computed from the result the way psycopg2 computes
@@ -56,13 +57,13 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from psycopg.adapt import Transformer
 
 from reproit_otel._guard import absorb
 from reproit_otel.capture import recording
 from reproit_otel.instrumentation import _pg_setup
 from reproit_otel.instrumentation._exceptions import exception_type_name
+from reproit_otel.instrumentation._pg3_values import encode_params as encode
 from reproit_otel.instrumentation._pg_common import statement_text
 from reproit_otel.instrumentation._pg_setup import plain_select
 from reproit_otel.instrumentation._pg_statement import (
@@ -73,7 +74,6 @@ from reproit_otel.instrumentation._pg_statement import (
     _note_echoes,
     _Statement,
 )
-from reproit_otel.instrumentation._pg_values import encode_params
 from reproit_otel.wire.bounds import MAX_PG_ROWS
 
 __all__ = ["LIBRARY", "error_response", "install", "is_installed", "uninstall"]
@@ -91,16 +91,6 @@ _NAIVE = frozenset({dt.datetime, dt.time})  # lasting while they carry no tzinfo
 _SETUP_HEADS = frozenset("sS")
 
 _patched: list[tuple[type, str, Any]] = []
-
-
-def _literal(value: Any) -> str:
-    """The SQL literal psycopg 3 sends for a parameter with no value encoding (``Jsonb``...)."""
-    return sql.Literal(value).as_string()
-
-
-def encode(params: Any) -> Any:
-    """``encode_params`` with psycopg 3's literals for adapter objects."""
-    return encode_params(params, literal=_literal)
 
 
 # --------------------------------------------------------------------------- the statement

@@ -63,7 +63,7 @@ import decimal
 import ipaddress
 import math
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reproit_otel.wire._js import utf16_key
@@ -226,32 +226,27 @@ def _encode_psycopg_range(value: Any) -> dict[str, Any] | None:
     )
 
 
-def encode_params(params: Any, literal: Callable[[Any], Any] | None = None) -> Any:
+def encode_params(params: Any) -> Any:
     """The ``values`` of a statement: an array for positional, an object for named ones.
 
-    Values that have no encoding are recorded as the SQL literal the driver would send:
-    ``literal(value)`` (psycopg 3's recorder passes its own), by default psycopg2's.
+    Values that have no encoding are recorded as the SQL literal psycopg2 would send.
     """
     if isinstance(params, Mapping):
-        return {str(key): _encode_param(item, literal) for key, item in params.items()}
+        return {str(key): _encode_param(item) for key, item in params.items()}
     if isinstance(params, Sequence) and not isinstance(params, (str, bytes)):
-        return [_encode_param(item, literal) for item in params]
-    return [_encode_param(params, literal)]
+        return [_encode_param(item) for item in params]
+    return [_encode_param(params)]
 
 
-def _psycopg2_literal(value: Any) -> Any:
-    from psycopg2 import extensions
-
-    return extensions.adapt(value).getquoted()
-
-
-def _encode_param(value: Any, literal: Callable[[Any], Any] | None = None) -> Any:
+def _encode_param(value: Any) -> Any:
     try:
         return encode_value(value)
     except UnsupportedValue:
         pass
+    from psycopg2 import extensions
+
     try:
-        quoted = (literal or _psycopg2_literal)(value)
+        quoted = extensions.adapt(value).getquoted()
     except Exception as error:  # psycopg2 would refuse it too; keep the type
         return _tagged("unadaptable", f"{type(error).__name__}", type=type(value).__qualname__)
     text = quoted.decode("utf-8", "replace") if isinstance(quoted, bytes) else str(quoted)

@@ -38,9 +38,10 @@ class Session:
     exporter: InMemorySpanExporter
 
     @contextmanager
-    def operation(self, name: str = "GET /orders") -> Iterator[None]:
-        with self.tracer.start_as_current_span(name, kind=SpanKind.SERVER):
-            yield
+    def operation(self, name: str = "GET /orders") -> Iterator[Any]:
+        """A server span (its ``http.response.status_code`` may be set on what it yields)."""
+        with self.tracer.start_as_current_span(name, kind=SpanKind.SERVER) as span:
+            yield span
 
     def recorded(self, count: int = 1) -> list[Recorded]:
         traces = self.sink.wait_for(count)
@@ -50,11 +51,15 @@ class Session:
 
 @contextmanager
 def recording(
-    *, otel: bool = True, otel_first: bool = False, recorder: bool = True
+    *,
+    otel: bool = True,
+    otel_first: bool = False,
+    recorder: bool = True,
+    sink: ListSink | None = None,
 ) -> Iterator[Session]:
     """The recorder (unless ``recorder`` is false) and OpenTelemetry's psycopg instrumentation
-    (unless ``otel`` is false)."""
-    sink = ListSink()
+    (unless ``otel`` is false); operations go to ``sink`` (a new :class:`ListSink`)."""
+    sink = ListSink() if sink is None else sink
     processor = ReproitSpanProcessor(read_config({}), [sink])
     exporter = InMemorySpanExporter()
     provider = TracerProvider()

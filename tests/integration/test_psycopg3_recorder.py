@@ -17,11 +17,13 @@ import psycopg.errors
 import pytest
 from psycopg.rows import class_row, dict_row, namedtuple_row, tuple_row
 from psycopg.types.json import Jsonb
+from psycopg.types.numeric import IntLoader
 from psycopg.types.range import Range
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from tests.integration import pg_support
 from tests.integration.pg3_support import record, recording
+from tests.integration.pipeline_support import ListSink
 from tests.pgserver import fresh_database
 
 pytestmark = pytest.mark.postgres
@@ -211,7 +213,7 @@ def test_the_types_psycopg3_loads_are_encoded(dsn: str) -> None:
         "values": [
             {"$pg": "datetime", "v": "2024-03-01T12:30:00+02:00"},
             {"$pg": "uuid", "v": str(ref)},
-            {"$pg": "sql", "v": '\'{"b": [1, 2], "a": null}\'::jsonb'},
+            {"$pg": "sql", "v": '\'{"b": [1, 2], "a": null}\''},  # as psycopg2's Json
             {"$pg": "range", "type": "Range", "v": [1, 3, "[)"]},
         ],
     }
@@ -572,3 +574,82 @@ def test_without_the_recorder_psycopg3_spans_leave_the_capture_incomplete(dsn: s
     assert recorded.exchanges == []
     assert recorded.spans == ["SELECT", "GET /orders"]
     assert recorded.returned["effectsComplete"] is False
+
+
+def test_a_large_result_keeps_64_rows_and_says_it_was_truncated(dsn: str) -> None:
+    def app(dsn: str) -> Any:
+        with psycopg.connect(dsn) as conn:
+            cur = conn.execute("SELECT n FROM generate_series(1, 100) AS n")
+            whole = cur.fetchall()
+            with conn.cursor(name="big") as named:
+                named.execute("SELECT n FROM generate_series(1, 100) AS n")
+                fetched = named.fetchall()
+            return len(whole), len(fetched)
+
+    recorded = record(dsn, app)
+    assert recorded.result == (100, 100)
+    for exchange in recorded.exchanges:
+        response = exchange["response"]
+        assert (response["rowCount"], response.get("truncated"), len(response["rows"])) == (
+            100,
+            True,
+            64,
+        )
+        assert response["rows"][-1] == {"n": 64}
+
+
+def test_pipeline_mode_is_honestly_incomplete(dsn: str) -> None:
+    def app(dsn: str) -> Any:
+        with psycopg.connect(dsn) as conn:
+            with conn.pipeline():
+                cur = conn.execute("SELECT qty FROM orders WHERE id = %s", (2,))
+            return cur.fetchone()
+
+    recorded = record(dsn, app)
+    assert recorded.result == (20,)
+    assert recorded.exchanges == []
+    assert recorded.returned["effectsComplete"] is False
+
+
+class CountingLoader(IntLoader):
+    """psycopg's own text loader of integers, counting the values it loads."""
+
+    loaded = 0
+
+    def load(self, data: Any) -> Any:
+        CountingLoader.loaded += 1
+        return super().load(data)
+
+
+class HealthyNoting(ListSink):
+    """A sink that, like the uploader, only hears of a healthy operation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.healthy = 0
+
+    def note_healthy(self) -> None:
+        self.healthy += 1
+
+
+def test_rows_are_read_for_the_recording_only_when_the_operation_may_be_uploaded(
+    dsn: str,
+) -> None:
+    """A healthy request's rows are read once, by the application; a failing request's are
+    read once more, when its exchange is built for the upload."""
+    statement = "SELECT n::int4 FROM generate_series(1, 10) AS n"
+    sink = HealthyNoting()
+    CountingLoader.loaded = 0
+    with recording(sink=sink) as session, psycopg.connect(dsn) as conn:
+        conn.adapters.register_loader("int4", CountingLoader)
+        with session.operation("GET /healthy") as span:
+            assert len(conn.execute(statement).fetchall()) == 10
+            span.set_attribute("http.response.status_code", 200)
+        assert (sink.healthy, CountingLoader.loaded) == (1, 10)
+        with session.operation("GET /failing") as span:
+            assert len(conn.execute(statement).fetchall()) == 10
+            span.set_attribute("http.response.status_code", 500)
+        [trace] = sink.wait_for(1)
+        [exchange] = [e["exchange"] for e in trace.events if e["kind"] == "effect"]
+        assert (sink.healthy, CountingLoader.loaded) == (1, 30)
+    assert exchange["response"]["rows"] == [{"n": n} for n in range(1, 11)]

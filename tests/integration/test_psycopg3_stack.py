@@ -1,4 +1,4 @@
-"""A psycopg 3 service, zero code: captured under ``opentelemetry-instrument``.
+"""A psycopg 3 service, zero code: captured under ``opentelemetry-instrument``, then replayed.
 
 An unmodified Flask app on gunicorn reaches PostgreSQL through a ``psycopg_pool`` pool whose
 connections make ``dict_row`` rows (and check each connection as it is handed out), and its
@@ -6,11 +6,14 @@ upstream with a sync ``httpx.Client``. It runs under the real launcher with the 
 psycopg and httpx instrumentations active and sends its 500s to a real ``reproit-otel
 serve``, cold (the failing request first) and warm (healthy requests first, so the pool's
 connection is in use). Every statement and call of the failing request is in the capsule, so
-the capture is complete and uploaded.
+the capture is complete and uploaded. Then PostgreSQL and the upstream are stopped and
+``reproit-otel check`` replays each occurrence: reproduced as is, fixed with the fix, diverged
+when the program makes one more query.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator, Mapping
 from importlib.metadata import entry_points
@@ -19,7 +22,14 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.integration.stack_support import Request, Stack, StackRun, exchanges, run_stack
+from tests.integration.stack_support import (
+    Request,
+    Stack,
+    StackRun,
+    dumped,
+    exchanges,
+    run_stack,
+)
 
 APPS = Path(__file__).resolve().parent / "apps"
 GUNICORN = str(Path(sys.executable).with_name("gunicorn"))
@@ -106,3 +116,31 @@ def test_the_failure_is_captured_with_every_statement_and_call(run: StackRun, ki
         200,
     )
     assert rate["request"]["url"].endswith("/json")
+
+
+@pytest.mark.parametrize("kind", ["cold", "warm"])
+def test_the_replay_reproduces_the_failure(run: StackRun, kind: str) -> None:
+    code, result = run.check(kind)
+    assert (code, result["verdict"], result["divergences"]) == (1, "reproduced", []), dumped(result)
+    assert result["observedResult"]["status"] == 500
+
+
+@pytest.mark.parametrize("kind", ["cold", "warm"])
+def test_the_fixed_code_replays_as_fixed(run: StackRun, kind: str) -> None:
+    code, result = run.check(kind, ORDERS_FIXED="1")
+    assert (code, result["verdict"]) == (0, "fixed"), dumped(result)
+    ident = run.captures[kind].request.path.rsplit("/", 1)[1]
+    assert json.loads(result["observedResult"]["body"]) == {
+        "ident": ident,
+        "qty": 3,
+        "per_unit": "9.90",
+    }
+
+
+@pytest.mark.parametrize("kind", ["cold", "warm"])
+def test_an_extra_query_diverges(run: StackRun, kind: str) -> None:
+    code, result = run.check(kind, ORDERS_AUDIT="1")
+    assert (code, result["verdict"]) == (3, "diverged"), dumped(result)
+    [divergence] = result["divergences"]
+    assert divergence["protocol"] == "pg"
+    assert divergence["got"]["text"] == "SELECT count(*) AS n FROM orders", divergence
