@@ -7,6 +7,10 @@ pinged, set up and used before the request) or a cold one (opened inside the req
 the replay boots warm (a warm-up query before the request, in the before-request window) or
 cold. In every combination the replay answers the request exactly as recorded, consumes every
 recorded data statement, and never diverges; a real change of a parameter still diverges.
+
+Django talks to PostgreSQL through psycopg 3 when it is installed (it is in the dev
+environment), the SQLAlchemy engine here through psycopg2: both drivers are recorded and
+replayed.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from opentelemetry.trace import SpanKind
 from reproit_otel.capture.processor import ReproitSpanProcessor
 from reproit_otel.config import read_config
 from reproit_otel.errors import DivergedError
+from reproit_otel.instrumentation import psycopg as psycopg3
+from reproit_otel.instrumentation._pg3_replay import PsycopgReplayInstrumentor
 from reproit_otel.instrumentation.psycopg2 import (
     Psycopg2ReplayInstrumentor,
     install_recorder,
@@ -64,6 +70,7 @@ def record(dsn: str, factory: AppFactory, warm: bool) -> tuple[Any, dict[str, An
     provider.add_span_processor(processor)
     tracer = provider.get_tracer("tests")
     install_recorder()
+    psycopg3.install_recorder()
     try:
         app = factory(_connect_to(dsn), warm, False)
         try:
@@ -75,6 +82,7 @@ def record(dsn: str, factory: AppFactory, warm: bool) -> tuple[Any, dict[str, An
         [trace] = sink.wait_for(1)
     finally:
         uninstall_recorder()
+        psycopg3.uninstall_recorder()
         provider.shutdown()
     capsule = {
         "format": "reproit-backend-capture",
@@ -88,11 +96,13 @@ def record(dsn: str, factory: AppFactory, warm: bool) -> tuple[Any, dict[str, An
 def replay(
     capsule: dict[str, Any], factory: AppFactory, warm: bool, changed: bool = False
 ) -> tuple[Any, ReplaySession]:
-    """Run the app with psycopg2 served from ``capsule``; boot calls before the request."""
+    """Run the app with psycopg2 and psycopg 3 served from ``capsule``; boot calls before the
+    request."""
     session = ReplaySession(capsule)
     session.usage.await_request()
     activate(session)
     Psycopg2ReplayInstrumentor().instrument()
+    PsycopgReplayInstrumentor().instrument()
     try:
         app = factory(_connect_to(closed_port_dsn()), warm, changed)
         try:
@@ -103,6 +113,7 @@ def replay(
             app.close()
     finally:
         Psycopg2ReplayInstrumentor().uninstrument()
+        PsycopgReplayInstrumentor().uninstrument()
         deactivate()
     return result, session
 
