@@ -400,15 +400,32 @@ class _CursorCore:
 
 class _SentQuery:
     """psycopg's query object (``cursor._query``, which Django reads): the statement with its
-    parameters merged, as a ``ClientCursor`` sends it."""
+    parameters merged, as a ``ClientCursor`` sends it (inside its ``DECLARE`` for a named
+    cursor, as psycopg sends that)."""
 
     def __init__(self, cursor: _CursorCore, text: str, params: Any) -> None:
         self.params = params
         try:
             merged = text if params is None else cursor.mogrify(text, params)
+            if cursor.name:
+                merged = _declare(cursor, merged)
         except Exception:  # informational only
             merged = text
         self.query = merged.encode("utf-8")
+
+
+def _declare(cursor: _CursorCore, statement: str) -> str:
+    """``statement`` in the ``DECLARE`` psycopg's server-side cursor sends it in."""
+    from psycopg import sql
+
+    parts = ["DECLARE", sql.Identifier(cursor.name).as_string(None)]
+    if cursor.scrollable is not None:
+        parts.append("SCROLL" if cursor.scrollable else "NO SCROLL")
+    parts.append("CURSOR")
+    if cursor.withhold:
+        parts.append("WITH HOLD")
+    parts += ["FOR", statement]
+    return " ".join(parts)
 
 
 def _tuples_ok() -> Any:
