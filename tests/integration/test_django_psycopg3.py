@@ -5,7 +5,8 @@ connection than plain statements: it opens the connection with its own cursor cl
 adapters map of its own (``jsonb`` and ``inet`` loaded as text, ``timestamptz`` in its time
 zone), sets the session time zone when the server's differs, builds a server-side cursor
 class directly on the connection for ``QuerySet.iterator()``, and, when queries are logged,
-reads the statement psycopg sent back from the cursor. The request here does all of that; its
+reads the statement psycopg sent back from the cursor. The request here does all of that, on
+a connection of its own or one from Django's psycopg_pool pool (``OPTIONS["pool"]``); its
 replay, with the database out of reach, must show the application exactly what the recording
 did, Python types included, and the same logged SQL.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from decimal import Decimal
 from typing import Any
 
@@ -81,6 +83,24 @@ def book(postgres_dsn: str) -> Iterator[Any]:
     yield _book_model()
 
 
+@contextmanager
+def pooled(pool: bool) -> Iterator[None]:
+    """Django's connection pool for the default database while the block runs."""
+    from django.db import connections
+
+    if not pool:
+        yield
+        return
+    database = connections.settings["default"]
+    saved = (database["CONN_MAX_AGE"], dict(database["OPTIONS"]))
+    database["CONN_MAX_AGE"] = 0  # Django refuses persistent connections with a pool
+    database["OPTIONS"]["pool"] = {"min_size": 1, "max_size": 2}
+    try:
+        yield
+    finally:
+        database["CONN_MAX_AGE"], database["OPTIONS"] = saved
+
+
 def request(book: Any) -> Any:
     """One request: a transaction, a JSON insert, a server-side cursor, logged queries."""
     from django.db import connection, connections, reset_queries, transaction
@@ -111,17 +131,20 @@ def request(book: Any) -> Any:
             fetched = book.objects.get(id=SHELF)
             made.delete()
         logged = [query["sql"] for query in connection.queries]
-        driver = connection.Database.__name__
+        driver = (connection.Database.__name__, connection.pool is not None)
     finally:
         connection.force_debug_cursor = False
         connections.close_all()
+        connection.close_pool()  # a pool lives as long as its process: the replay makes its own
     shown = [created, listed, fetched.details, fetched.shelved_at, fetched.source]
     return {"driver": driver, "seen": seen(shown), "logged": logged}
 
 
-def test_a_django_request_on_psycopg_3_replays_as_recorded(book: Any) -> None:
-    recorded = record("", lambda _dsn: request(book), otel=False)
-    assert recorded.result["driver"] == "psycopg"
+@pytest.mark.parametrize("pool", [False, True], ids=["connection", "pool"])
+def test_a_django_request_on_psycopg_3_replays_as_recorded(book: Any, pool: bool) -> None:
+    with pooled(pool):
+        recorded = record("", lambda _dsn: request(book), otel=False)
+    assert recorded.result["driver"] == ("psycopg", pool)
     # QuerySet.iterator() in a transaction: a server-side cursor, its rows fetched 2 by 2.
     iterated = [
         (exchange["response"]["command"], exchange["response"]["rowCount"])
@@ -133,10 +156,12 @@ def test_a_django_request_on_psycopg_3_replays_as_recorded(book: Any) -> None:
     activate(session)
     PsycopgReplayInstrumentor().instrument()
     try:
-        replayed = request(book)
+        with pooled(pool):
+            replayed = request(book)
     finally:
         PsycopgReplayInstrumentor().uninstrument()
         deactivate()
     assert replayed == recorded.result
     assert not session.diverged, session.divergence_lines
-    assert session.usage.report()["unused"] == 0
+    usage = session.usage.report()
+    assert usage["consumed"] == usage["dataExchanges"] == 5 and usage["unused"] == 0, usage
