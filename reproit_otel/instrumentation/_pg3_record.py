@@ -76,7 +76,14 @@ from reproit_otel.instrumentation._pg_statement import (
 )
 from reproit_otel.wire.bounds import MAX_PG_ROWS
 
-__all__ = ["LIBRARY", "error_response", "install", "is_installed", "uninstall"]
+__all__ = [
+    "LIBRARY",
+    "error_response",
+    "install",
+    "is_installed",
+    "is_recording_connection",
+    "uninstall",
+]
 
 LIBRARY = "psycopg"
 """The library name psycopg 3 exchanges are started with."""
@@ -577,6 +584,15 @@ def _patches() -> list[tuple[type, str, Callable[[Callable[..., Any]], Callable[
         (BaseConnection, "_commit_gen", lambda f: _settling_gen(f, True)),
         (BaseConnection, "_rollback_gen", lambda f: _settling_gen(f, True)),
     ]
+
+
+def is_recording_connection(connection: Any) -> bool:
+    """Whether the recorder records psycopg 3 connection ``connection`` (or the adapter
+    SQLAlchemy's asyncio extension wraps one in)."""
+    if not _active:
+        return False
+    inner = getattr(connection, "driver_connection", connection)
+    return isinstance(inner, (psycopg.Connection, psycopg.AsyncConnection))
 
 
 def is_installed() -> bool:

@@ -7,10 +7,7 @@ pinged, set up and used before the request) or a cold one (opened inside the req
 the replay boots warm (a warm-up query before the request, in the before-request window) or
 cold. In every combination the replay answers the request exactly as recorded, consumes every
 recorded data statement, and never diverges; a real change of a parameter still diverges.
-
-Django talks to PostgreSQL through psycopg 3 when it is installed (it is in the dev
-environment), the SQLAlchemy engine here through psycopg2: both drivers are recorded and
-replayed.
+SQLAlchemy runs on psycopg2; Django on psycopg 3, which it picks when it is installed.
 """
 
 from __future__ import annotations
@@ -29,7 +26,7 @@ from opentelemetry.trace import SpanKind
 from reproit_otel.capture.processor import ReproitSpanProcessor
 from reproit_otel.config import read_config
 from reproit_otel.errors import DivergedError
-from reproit_otel.instrumentation import psycopg as psycopg3
+from reproit_otel.instrumentation import psycopg as pg3_recorder
 from reproit_otel.instrumentation._pg3_replay import PsycopgReplayInstrumentor
 from reproit_otel.instrumentation.psycopg2 import (
     Psycopg2ReplayInstrumentor,
@@ -71,7 +68,7 @@ def record(dsn: str, factory: AppFactory, warm: bool) -> tuple[Any, dict[str, An
     provider.add_span_processor(processor)
     tracer = provider.get_tracer("tests")
     install_recorder()
-    psycopg3.install_recorder()
+    pg3_recorder.install_recorder()  # Django picks psycopg 3 when it is installed
     try:
         app = factory(_connect_to(dsn), warm, False)
         try:
@@ -82,8 +79,8 @@ def record(dsn: str, factory: AppFactory, warm: bool) -> tuple[Any, dict[str, An
             app.close()
         [trace] = sink.wait_for(1)
     finally:
+        pg3_recorder.uninstall_recorder()
         uninstall_recorder()
-        psycopg3.uninstall_recorder()
         provider.shutdown()
     capsule = {
         "format": "reproit-backend-capture",
@@ -113,8 +110,8 @@ def replay(
         finally:
             app.close()
     finally:
-        Psycopg2ReplayInstrumentor().uninstrument()
         PsycopgReplayInstrumentor().uninstrument()
+        Psycopg2ReplayInstrumentor().uninstrument()
         deactivate()
     return result, session
 
@@ -451,6 +448,7 @@ def test_a_recorded_select_one_is_not_answered_twice() -> None:
     session = ReplaySession(capsule)
     activate(session)
     Psycopg2ReplayInstrumentor().instrument()
+    PsycopgReplayInstrumentor().instrument()
     try:
         connection = psycopg2.connect(closed_port_dsn())
         with connection.cursor() as cursor:
@@ -460,6 +458,7 @@ def test_a_recorded_select_one_is_not_answered_twice() -> None:
                 answers.append(cursor.fetchall())
         connection.close()
     finally:
+        PsycopgReplayInstrumentor().uninstrument()
         Psycopg2ReplayInstrumentor().uninstrument()
         deactivate()
     # Both recorded exchanges in order; the third call has no recorded counterpart left, so
