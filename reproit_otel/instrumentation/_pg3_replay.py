@@ -39,6 +39,9 @@ psycopg2 or psycopg 3 alike. What is psycopg 3 here:
   ``adapters`` is a real ``AdaptersMap``; ``TypeInfo.fetch`` (SQLAlchemy's hstore probe)
   runs its catalogue query through the stub; ``psycopg.sql`` objects render with a stub as
   their context (``as_string(conn)``) as they do without a connection.
+* A cursor class instantiated on a stub connection (``psycopg.ClientCursor(conn)``,
+  ``ServerCursor(conn, name)``, Django's server-side cursor for ``QuerySet.iterator()``)
+  gives a stub cursor (:func:`_new_cursor`).
 
 A connection's ``cursor_factory`` of the application's or a library's (OpenTelemetry's traced
 cursor, Django's) is rebuilt on the stub cursor (:mod:`._pg_transplant`), so its methods run:
@@ -46,10 +49,9 @@ OpenTelemetry's psycopg instrumentation makes its statement spans in replay, whe
 installed before the replay (the replay then serves beneath its ``connect`` wrapper) or after.
 
 Limits: a connection subclass's own methods do not run (the stub replaces the class); a
-server-side cursor's factory is not used; a cursor class
-instantiated directly on a stub connection (``psycopg.Cursor(conn)``) is refused by psycopg;
-``copy()``, pipelines' batching, ``notifies`` and large objects are not replayed (``copy()``
-diverges).
+server-side cursor's factory is not used, nor a cursor class's own methods when it is
+instantiated directly on a stub connection; ``copy()``, pipelines' batching, ``notifies`` and
+large objects are not replayed (``copy()`` diverges).
 """
 
 from __future__ import annotations
@@ -431,15 +433,32 @@ class _CursorCore:
 
 class _SentQuery:
     """psycopg's query object (``cursor._query``, which Django reads): the statement with its
-    parameters merged, as a ``ClientCursor`` sends it."""
+    parameters merged, as a ``ClientCursor`` sends it (inside its ``DECLARE`` for a named
+    cursor, as psycopg sends that)."""
 
     def __init__(self, cursor: _CursorCore, text: str, params: Any) -> None:
         self.params = params
         try:
             merged = text if params is None else cursor.mogrify(text, params)
+            if cursor.name:
+                merged = _declare(cursor, merged)
         except Exception:  # informational only
             merged = text
         self.query = merged.encode("utf-8")
+
+
+def _declare(cursor: _CursorCore, statement: str) -> str:
+    """``statement`` in the ``DECLARE`` psycopg's server-side cursor sends it in."""
+    from psycopg import sql
+
+    parts = ["DECLARE", sql.Identifier(cursor.name).as_string(None)]
+    if cursor.scrollable is not None:
+        parts.append("SCROLL" if cursor.scrollable else "NO SCROLL")
+    parts.append("CURSOR")
+    if cursor.withhold:
+        parts.append("WITH HOLD")
+    parts += ["FOR", statement]
+    return " ".join(parts)
 
 
 def _tuples_ok() -> Any:
@@ -1123,6 +1142,8 @@ class PsycopgReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     ``instrument()`` patches ``psycopg.connect``, ``Connection.connect``,
     ``AsyncConnection.connect``, ``TypeInfo.fetch`` and the ``psycopg.sql`` renderers;
     ``uninstrument()`` restores every original exactly.
+    The first ``instrument()`` also gives psycopg's cursor classes a ``__new__`` that stays
+    (see :func:`_hook_cursor_classes`).
     ``instrument(secret_values=(...))`` names the values to scrub from live statements before
     matching (default: the configured ``REPROIT_SECRET_VALUES``).
     """
@@ -1167,6 +1188,7 @@ class PsycopgReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                 if method in owner.__dict__:
                     self._patch(owner, method, _without_stub(owner.__dict__[method]))
 
+        _hook_cursor_classes()
         original_fetch = TypeInfo.__dict__["fetch"].__func__
 
         def fetch(cls: Any, conn: Any, name: Any) -> Any:
@@ -1218,6 +1240,29 @@ def _without_stub(method: Any) -> Any:
         return method(self, context)
 
     return _marked(render)
+
+
+def _new_cursor(cls: Any, connection: Any = None, *args: Any, **options: Any) -> Any:
+    """``BaseCursor.__new__``: a cursor class built on a stub connection gives a stub cursor
+    (``psycopg.ClientCursor(conn)``, Django's server-side cursor for ``QuerySet.iterator()``);
+    on any other connection, the class's own instance."""
+    if not isinstance(connection, _ConnectionCore):
+        return object.__new__(cls)
+    name = args[0] if args and isinstance(args[0], str) else options.pop("name", "")
+    return connection._cursor_class(connection, name, **options)
+
+
+def _hook_cursor_classes() -> None:
+    """Give psycopg's cursor classes :func:`_new_cursor` (once; it stays).
+
+    ``uninstrument()`` does not remove it: CPython cannot give a class back the ``__new__`` it
+    inherited from ``object`` once one was set on it (instances would then be refused their
+    arguments), and the hook does nothing for a connection that is not a stub.
+    """
+    from psycopg._cursor_base import BaseCursor
+
+    if "__new__" not in BaseCursor.__dict__:
+        BaseCursor.__new__ = staticmethod(_marked(_new_cursor))  # type: ignore[method-assign]
 
 
 def _fetch_type_info(cls: Any, conn: _ConnectionCore, name: Any) -> Any:

@@ -2,11 +2,15 @@
 
 The project in ``apps/django_ledger`` has no reproit-otel code and an unchanged ``wsgi.py``,
 ``asgi.py`` and ``settings.py``. It runs under the real ``opentelemetry-instrument`` with the
-Django, psycopg2 and requests instrumentations, on a real PostgreSQL, and sends its failures
+Django, psycopg and requests instrumentations, on a real PostgreSQL, and sends its failures
 to a real ``reproit-otel serve``. Each server is captured twice: the failing request as the
 first one after boot (cold) and after several healthy requests (warm). Then PostgreSQL and the
 upstream are stopped and ``reproit-otel check`` replays each occurrence: reproduced as is,
 fixed with the one-line fix, diverged when a real query parameter changes.
+
+Django talks to PostgreSQL through psycopg 3, which it prefers when it is installed (as Django's
+documentation recommends); one more run hides psycopg 3 from it, so psycopg2 under Django
+stays covered.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from tests.integration.stack_support import (
     Request,
     Stack,
     StackRun,
+    clean_environ,
     dumped,
     exchanges,
     run_stack,
@@ -53,6 +58,25 @@ def migrate(env: Mapping[str, str]) -> None:
         check=True,
         timeout=120,
     )
+
+
+def driver(**env: str) -> str:
+    """The module Django's PostgreSQL backend talks through, in the project's environment."""
+    done = subprocess.run(
+        [
+            PYTHON,
+            "-c",
+            "import django; django.setup(); "
+            "from django.db import connection; print(connection.Database.__name__)",
+        ],
+        cwd=APP,
+        env=clean_environ(**{"DJANGO_SETTINGS_MODULE": "ledger_site.settings", **env}),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    return done.stdout.strip()
 
 
 def payment(customer: str, kind: str = "cold") -> Request:
@@ -94,6 +118,18 @@ STACKS = {
         (UVICORN, "--port", "{port}", "ledger_site.asgi:application"),
     ),
 }
+
+
+PSYCOPG2 = stack(
+    "django-gunicorn-psycopg2",
+    (GUNICORN, "--bind", "127.0.0.1:{port}", "ledger_site.wsgi"),
+    LEDGER_DRIVER="psycopg2",
+)
+
+
+def test_django_talks_to_postgresql_through_psycopg_3() -> None:
+    # Both drivers are installed; every stack above runs with the project's plain settings.
+    assert (driver(), driver(**PSYCOPG2.env)) == ("psycopg", "psycopg2")
 
 
 @pytest.fixture(scope="module", params=sorted(STACKS))
@@ -147,3 +183,21 @@ def test_a_changed_query_parameter_diverges(run: StackRun, kind: str) -> None:
     divergences = result["divergences"]
     seen = [(d["protocol"], "USD" in json.dumps(d["got"])) for d in divergences]
     assert (len(seen) >= 1, seen) == (True, [("pg", True)] * len(seen)), dumped(result)
+
+
+def test_django_on_psycopg2_is_captured_and_replayed(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    with run_stack(PSYCOPG2, tmp_path_factory.mktemp("psycopg2")) as run:
+        for kind, capture in sorted(run.captures.items()):
+            texts = [exchange["request"].get("text", "") for exchange in exchanges(capture.capsule)]
+            assert capture.status == 500, kind
+            assert any('INSERT INTO "ledger_payment"' in text for text in texts), texts
+            code, result = run.check(kind)
+            assert (code, result["verdict"], result["divergences"]) == (1, "reproduced", []), (
+                dumped(result)
+            )
+        code, result = run.check("warm", LEDGER_FIXED="1")
+        assert (code, result["verdict"]) == (0, "fixed"), dumped(result)
+        code, result = run.check("cold", LEDGER_OTHER_CURRENCY="1")
+        assert (code, result["verdict"]) == (3, "diverged"), dumped(result)

@@ -35,6 +35,7 @@ from reproit_otel.instrumentation.psycopg2 import (
 )
 from reproit_otel.replay.session import activate, deactivate
 from reproit_otel.wire.replay import ReplaySession
+from tests.integration.django_support import configure_django
 from tests.integration.pg_support import closed_port_dsn
 from tests.integration.pipeline_support import ListSink
 
@@ -172,31 +173,10 @@ _django_models: dict[str, Any] = {}
 
 
 def _django_thing(dsn: str) -> Any:
-    """Configure Django once for this process (its settings cannot change afterwards)."""
+    """The model of these tests, Django configured on first use."""
     if "Thing" in _django_models:
         return _django_models["Thing"]
-    from urllib.parse import urlsplit
-
-    import django
-    from django.conf import settings
-
-    parts = urlsplit(dsn)
-    settings.configure(
-        USE_TZ=True,
-        TIME_ZONE="UTC",
-        INSTALLED_APPS=[],
-        DATABASES={
-            "default": {
-                "ENGINE": "django.db.backends.postgresql",
-                "NAME": parts.path.lstrip("/"),
-                "USER": parts.username,
-                "HOST": parts.hostname,
-                "PORT": parts.port,
-                "CONN_MAX_AGE": 60,
-            }
-        },
-    )
-    django.setup()
+    configure_django(dsn)
     from django.db import models
     from django.utils import timezone
 

@@ -89,7 +89,7 @@ RUN_BY: dict[str, str] = {
     "pytest -n auto": REGRESSION
     + "test_the_tests_pass_once_fixed_also_in_parallel (-n 2: two regressions)",
     # examples/django_ledger/README.md
-    "pip install 'reproit-otel[otel,requests,psycopg2,replay,serve]' django gunicorn": PIP,
+    "pip install 'reproit-otel[otel,requests,psycopg,replay,serve]' django gunicorn": PIP,
     "reproit-otel serve --api-key dev-key --db sqlite:///ledger-ingest.db": EXAMPLE_DJANGO
     + " (with --port 0)",
     "export DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres": EXAMPLE_DJANGO

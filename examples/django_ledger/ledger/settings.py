@@ -1,4 +1,5 @@
-"""Settings of the ledger example: PostgreSQL through psycopg2 from ``DATABASE_URL``."""
+"""Settings of the ledger example: PostgreSQL from ``DATABASE_URL``, through psycopg 3 (Django
+falls back to psycopg2 when psycopg 3 is not installed)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,19 @@
-"""Settings of the ledger test project: PostgreSQL through psycopg2, time zones on."""
+"""Settings of the ledger test project: PostgreSQL, time zones on.
+
+Django talks to PostgreSQL through psycopg 3 when it is installed, else through psycopg2;
+``LEDGER_DRIVER=psycopg2`` hides psycopg 3 from it, so the project runs on psycopg2 in an
+environment that has both.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 from urllib.parse import urlsplit
+
+if os.environ.get("LEDGER_DRIVER") == "psycopg2":
+    # Before Django loads its PostgreSQL backend, which imports psycopg 3 when it can.
+    sys.modules["psycopg"] = None  # type: ignore[assignment]
 
 _url = urlsplit(os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:9/postgres"))
 
