@@ -15,7 +15,12 @@ and the bookkeeping that decides ``effectsComplete`` (PROTOCOL decision D4):
   uncovered, no exchange failed or is still pending, no unrecordable call was reported, and
   the configuration does not force ``never``.
 
-Exchanges become ``effect`` events in completion order. Configured secret values (D8) are
+Exchanges of a capture become ``effect`` events in the order their calls were *issued*
+(:func:`_in_issue_order`), not the order they completed: concurrent calls of one operation
+(an ``asyncio.gather``, a streamed body read after later calls) keep the place the code gave
+them, which is the order a replay issues them in (``docs/replay.md``, "Concurrent calls").
+A trace opened before its operation finished (scan time, an agent oracle marker) takes the
+exchanges that complete after that in completion order. Configured secret values (D8) are
 replaced in every string of an exchange, its key and resource, and of the output.
 
 Lazy traces. A capture is uploaded only when the operation fails (status 500 or more, or a
@@ -215,10 +220,15 @@ class ExchangeBinding(recording.ExchangeRecorder):
     """One exchange of an operation: the recorder a recorder reports to, and its own handle
     (one object per call instead of two)."""
 
-    __slots__ = ("beside", "operation", "span_id", "state", "target")
+    __slots__ = ("beside", "issued", "operation", "span_id", "state", "target")
 
     def __init__(
-        self, operation: Operation, span_id: int | None, target: int | None, library: str = ""
+        self,
+        operation: Operation,
+        span_id: int | None,
+        target: int | None,
+        library: str = "",
+        issued: int = 0,
     ) -> None:
         # recording.ExchangeRecorder's fields: its owner is the operation, its handle itself.
         self._owner: Any = operation
@@ -233,6 +243,8 @@ class ExchangeBinding(recording.ExchangeRecorder):
         self.beside: int | None = None
         """A wrapper span open beside the exchange that it also covers (see ``_BESIDE``)."""
         self.state = ExchangeState.PENDING
+        self.issued = issued
+        """The exchange's place in the order the operation's calls were issued (started)."""
 
 
 _NO_FAILURES: list[str] = []  # shared and never appended to: an empty list to read
@@ -296,6 +308,8 @@ class Operation:
     held = 0
     """Bytes of deferred exchanges held (the capture budget bounds them)."""
     pending = 0
+    issued = 0
+    """Exchanges started so far: the next one's place in the order of issue."""
     recorded_exchanges = 0
     # Counters the processor adds to its own when it lets go of the operation (one lock per
     # operation instead of one per exchange); see take_tally().
@@ -372,8 +386,9 @@ class Operation:
         else:
             self.name = name
             self._start: Stamp = stamp_now(origin)
-            # (effect, build, library, stamp) of each deferred exchange, in arrival order.
-            self._log: list[tuple[str, DeferredExchange, str, Stamp]] = []
+            # (effect, build, library, stamp, issued) of each deferred exchange, in the order
+            # the exchanges completed; _open puts them in the order they were issued.
+            self._log: list[tuple[str, DeferredExchange, str, Stamp, int]] = []
             self._input_factory = input_factory
             self._number = number
         self.spans: dict[int, SpanRecord] = {}
@@ -465,7 +480,7 @@ class Operation:
         fresh.capture_budget = self._settings.budget
         fresh.unheld_effects = self._unheld
         fresh.capped_effects = self._capped
-        for effect, build, library, stamp in log[:count]:  # the trace is not shared yet
+        for effect, build, library, stamp in _in_issue_order(log[:count]):  # not shared yet
             fresh.defer_effect(effect, self._builder(build, library), stamp)
         attached: dict[str, Any] | None = None
         if returned is not None and returned[6]:  # finished, wanted: build it all now
@@ -473,7 +488,7 @@ class Operation:
         with self._lock:
             if self._trace is not None:
                 return self._trace  # opened meanwhile by another thread
-            for effect, build, library, stamp in log[count:]:
+            for effect, build, library, stamp in _in_issue_order(log[count:]):
                 fresh.defer_effect(effect, self._builder(build, library), stamp)
             if returned is None:
                 returned = self._returned  # finished meanwhile
@@ -669,8 +684,9 @@ class Operation:
                     if target is None or not target.dependency:
                         target = self._dependency_ancestor(span_id)
                 binding = ExchangeBinding(
-                    self, span_id, target.span_id if target else None, library or ""
+                    self, span_id, target.span_id if target else None, library or "", self.issued
                 )
+                self.issued += 1
                 if target is not None and target.exchange is ExchangeState.NONE:
                     target.exchange = ExchangeState.PENDING
                 beside_spans = self._beside
@@ -849,7 +865,9 @@ class Operation:
                     if len(self._log) + 1 >= self._settings.max_events:
                         self._reason_locked("exchange not recorded: TooManyEvents")
                         return
-                    self._log.append((effect, build, library, stamp_now(self._origin)))
+                    self._log.append(
+                        (effect, build, library, stamp_now(self._origin), binding.issued)
+                    )
                 else:
                     try:
                         trace.defer_effect(effect, self._builder(build, library))
@@ -1189,6 +1207,25 @@ class Operation:
             return self.trace.header()
         except TraceError:
             return None
+
+
+def _in_issue_order(
+    log: list[tuple[str, DeferredExchange, str, Stamp, int]],
+) -> list[tuple[str, DeferredExchange, str, Stamp]]:
+    """The logged exchanges in the order their calls were issued, each event with a stamp.
+
+    The exchanges were logged as they completed, each with the stamp it got then; they
+    become effects in the order they were started, so that concurrent calls of one operation
+    (an ``asyncio.gather``, a stream read after a later call) keep the place the code gave
+    them whatever order their answers came in, which is the order a replay issues them in.
+    The stamps stay in the order they were taken, so the effects' ``sequence`` still
+    increases: the k-th effect carries the k-th completion's stamp.
+    """
+    ordered = sorted(log, key=lambda entry: entry[4])  # stable; mostly already in order
+    return [
+        (effect, build, library, stamp)
+        for (effect, build, library, _, _), (_, _, _, stamp, _) in zip(ordered, log, strict=True)
+    ]
 
 
 def _build(

@@ -13,7 +13,7 @@
    the span's attributes when no middleware ran;
 2. tracks every span started under that server span and binds the exchanges recorders start
    through :mod:`reproit_otel.capture.recording` to its operation, which settles them; they
-   become ``effect`` events in completion order (``operation.py`` says how
+   become ``effect`` events in the order they were issued (``operation.py`` says how
    ``effectsComplete`` is computed, D4, and when a capture's events are built). A span of a library
    reproit-otel does not record (httpx, redis, ...) makes the operation incomplete; the reason
    (library, span name) is counted in :meth:`ReproitSpanProcessor.stats` and logged once;
