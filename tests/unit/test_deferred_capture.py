@@ -417,3 +417,22 @@ def test_a_healthy_request_and_its_operation_leave_no_reference_cycle(rig: Rig) 
         gc.garbage.clear()
         gc.enable()
     assert ours == []
+
+
+def test_exchanges_that_complete_out_of_order_keep_the_order_they_were_issued(rig: Rig) -> None:
+    def build(name: str) -> Callable[[], tuple[str, str, dict[str, Any]]]:
+        return lambda: ("api", "POST /echo", {"protocol": "http", "note": name})
+
+    attributes = {"http.request.method": "GET", "url.path": "/x", "http.response.status_code": 500}
+    with rig.tracer.start_as_current_span("GET /x", kind=SpanKind.SERVER, attributes=attributes):
+        started = [recording.start_exchange("httpx") for _ in range(3)]
+        first, second, third = (recorder for recorder in started if recorder is not None)
+        # Answers in reverse, as concurrent calls' may come back.
+        third.finish_deferred("call", build("third"))
+        first.finish_deferred("call", build("first"))
+        second.finish_deferred("call", build("second"))
+    trace = rig.sink.traces[-1]
+    effects = [event for event in trace.events if event["kind"] == "effect"]
+    assert [event["exchange"]["note"] for event in effects] == ["first", "second", "third"]
+    sequences = [event["sequence"] for event in trace.events]
+    assert sequences == sorted(sequences) and len(set(sequences)) == len(sequences)
