@@ -1,4 +1,5 @@
-"""The example shops (Flask, FastAPI, FastAPI async) against their real upstreams and a real PostgreSQL.
+"""The example shops (Flask, FastAPI, FastAPI async) against their real upstreams and a real
+PostgreSQL.
 
 No reproit-otel capture here: these tests pin what the examples do, so the demo and the
 READMEs can rely on it (a normal order answers 200, the gift card answers 500 after storing
