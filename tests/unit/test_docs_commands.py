@@ -266,6 +266,7 @@ RUN_BY: dict[str, str] = {
     ".venv/bin/python -m benchmarks.capture_calls": f"{BENCH}::test_capture_calls_smoke",
     ".venv/bin/python -m benchmarks.capture_scaling": f"{BENCH}::test_capture_scaling_smoke",
     ".venv/bin/python -m benchmarks.capture_failing": f"{BENCH}::test_capture_failing_smoke",
+    ".venv/bin/python -m benchmarks.capture_async": f"{BENCH}::test_capture_async_smoke",
     ".venv/bin/python -m benchmarks.replay": f"{BENCH}::test_replay_quick{BENCH_NOTE}",
     ".venv/bin/python -m benchmarks.outage": f"{BENCH}::test_outage_quick{BENCH_NOTE}",
     # examples/shop/README.md, examples/shop_fastapi/README.md, examples/fastapi_async/README.md
