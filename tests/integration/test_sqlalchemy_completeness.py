@@ -164,7 +164,8 @@ def test_an_engine_on_an_unrecorded_driver_is_incomplete(on_sqlite: Served, setu
     assert pg_texts(trace) == []
     reasons = on_sqlite.active.processor.stats()["incomplete_reasons"]
     expected = {
-        "sqlalchemy: a sqlite3 connection (reproit-otel records the psycopg2 driver only)": 2
+        "sqlalchemy: a sqlite3 connection (reproit-otel records the psycopg2 and psycopg 3 "
+        "drivers only)": 2
     }
     if setup.sqlalchemy_spans:
         # Neither the connect span nor the statement span has a recorded exchange.
