@@ -43,6 +43,7 @@ _EXPORTS: dict[str, str] = {
     "ORACLE_MARKER_RESOURCE": "reproit_otel.wire.trace",
     "PLACEHOLDER_KEY": "reproit_otel.redaction.core",
     "Psycopg2ReplayInstrumentor": "reproit_otel.instrumentation.psycopg2",
+    "PsycopgReplayInstrumentor": "reproit_otel.instrumentation._pg3_replay",
     "RecordedPgError": "reproit_otel.errors",
     "RegressionFailed": "reproit_otel.errors",
     "ReplayRNG": "reproit_otel.wire.rng",
@@ -125,6 +126,7 @@ __all__ = [
     "HttpxReplayInstrumentor",
     "MissingFixtureError",
     "Psycopg2ReplayInstrumentor",
+    "PsycopgReplayInstrumentor",
     "RecordedPgError",
     "RegressionFailed",
     "ReplayRNG",
@@ -227,6 +229,9 @@ if TYPE_CHECKING:  # pragma: no cover - static types of the lazily loaded names
         ReproitError,
         ToolCallError,
         TraceError,
+    )
+    from reproit_otel.instrumentation._pg3_replay import (
+        PsycopgReplayInstrumentor,
     )
     from reproit_otel.instrumentation.asgi import (
         ReproitASGIMiddleware,

@@ -37,9 +37,10 @@ What :func:`install` does (once per provider; a second call returns the same pro
 3. adds :class:`~reproit_otel.capture.processor.ReproitSpanProcessor` to the provider, with the
    uploader as its sink when capture is configured (``REPROIT_ENDPOINT``, ``REPROIT_API_KEY``,
    ``REPROIT_APP_ID``) and the debug dump when ``REPROIT_DEBUG_DUMP`` is set;
-4. installs the recorders (``requests``, ``httpx``, ``psycopg2``) whose library is importable,
-   the SQLAlchemy hook (``instrumentation/sqlalchemy.py``), the inbound middleware patches
-   for Flask, Starlette/FastAPI and Django (WSGI and ASGI), and the credential checks
+4. installs the recorders (``requests``, ``httpx``, ``psycopg2``, ``psycopg``) whose library
+   is importable, the SQLAlchemy hook (``instrumentation/sqlalchemy.py``), the inbound
+   middleware patches for Flask, Starlette/FastAPI and Django (WSGI and ASGI), and the
+   credential checks
    (``instrumentation/credentials.py``: signed sessions, CSRF tokens, JWTs) whose library is
    importable.
 
@@ -109,6 +110,7 @@ _RECORDERS = (
     "reproit_otel.instrumentation.requests",
     "reproit_otel.instrumentation.httpx",
     "reproit_otel.instrumentation.psycopg2",
+    "reproit_otel.instrumentation.psycopg",
     "reproit_otel.instrumentation.sqlalchemy",
 )
 

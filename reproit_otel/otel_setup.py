@@ -125,6 +125,14 @@ LIBRARIES: tuple[Library, ...] = (
         "opentelemetry.instrumentation.psycopg2:Psycopg2Instrumentor",
         _NO_CLIENT_SPAN,
     ),
+    Library(
+        "psycopg",
+        "psycopg 3",
+        "psycopg",
+        "opentelemetry-instrumentation-psycopg",
+        "opentelemetry.instrumentation.psycopg:PsycopgInstrumentor",
+        _NO_CLIENT_SPAN,
+    ),
 )
 """The libraries checked, in report order.
 

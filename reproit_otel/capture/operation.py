@@ -163,7 +163,7 @@ _BESIDE_SCOPES = frozenset(
     {*_BESIDE_LIBRARIES, *(_LIBRARY_PREFIX + library for library in _BESIDE_LIBRARIES)}
 )
 # Recorders whose exchanges are database statements (they may cover a span open beside them).
-_DATABASE_RECORDERS = frozenset({"psycopg2"})
+_DATABASE_RECORDERS = frozenset({"psycopg2", "psycopg"})
 
 
 def is_dependency_span(span: Any) -> bool:

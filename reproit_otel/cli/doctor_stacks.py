@@ -8,8 +8,8 @@ and warns about what it cannot see:
 * Django: ``DJANGO_SETTINGS_MODULE`` must be set before ``opentelemetry-instrument`` starts
   (its Django instrumentation reads the settings before ``manage.py`` or ``wsgi.py`` would set
   the variable, and falls back to empty settings); the settings module must import; each
-  database must be PostgreSQL through psycopg2 (Django picks psycopg 3 when it is installed,
-  which reproit-otel does not record);
+  database must be PostgreSQL (through psycopg 3 when it is installed, which Django then
+  picks, else psycopg2; both are recorded);
 * SQLAlchemy: every engine the imported modules created (and every SQLAlchemy URL in the
   environment) must use the psycopg2 driver; an engine on another driver (pg8000, asyncpg,
   psycopg 3, a MySQL or SQLite driver) makes every capture that uses it incomplete.
@@ -144,24 +144,15 @@ def _django_databases(databases: Any) -> list[Finding]:
         return []
     found: list[Finding] = []
     psycopg3 = importlib.util.find_spec("psycopg") is not None
+    driver = "psycopg 3" if psycopg3 else "psycopg2"
     for alias, options in databases.items():
         engine = str(options.get("ENGINE", "")) if isinstance(options, Mapping) else ""
-        if engine.endswith(".postgresql") and not psycopg3:
+        if engine.endswith(".postgresql"):
             found.append(
                 _finding(
                     "ok",
                     "stacks",
-                    f"Django database {alias!r}: PostgreSQL through psycopg2, recorded",
-                )
-            )
-        elif engine.endswith(".postgresql"):
-            found.append(
-                _finding(
-                    "warning",
-                    "stacks",
-                    f"Django database {alias!r}: Django uses psycopg 3 when it is installed, "
-                    "and reproit-otel records psycopg2 only, so captures of requests that use "
-                    "it are incomplete; fix: pip uninstall psycopg (Django then uses psycopg2)",
+                    f"Django database {alias!r}: PostgreSQL through {driver}, recorded",
                 )
             )
         else:
@@ -171,8 +162,8 @@ def _django_databases(databases: Any) -> list[Finding]:
                     "warning",
                     "stacks",
                     f"Django database {alias!r} ({backend}) is not recorded (reproit-otel "
-                    "records PostgreSQL through psycopg2): captures of requests that use it "
-                    "are incomplete",
+                    "records PostgreSQL through psycopg2 and psycopg 3): captures of requests "
+                    "that use it are incomplete",
                 )
             )
     return found

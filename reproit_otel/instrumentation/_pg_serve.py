@@ -13,11 +13,9 @@ recording does not hold, or a truncated result, raises
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any
-
-import psycopg2
-from psycopg2 import errors as _errors
 
 from reproit_otel.capture.recording import registered_secret_values
 from reproit_otel.errors import DivergedError
@@ -71,7 +69,12 @@ def diverge(probe: dict[str, Any], message: str = PG_DIVERGED_MESSAGE) -> Diverg
     return DivergedError(message, line=line)
 
 
-def serve(text: str, values: Any, parameters: dict[str, str] | None = None) -> Mapping[str, Any]:
+def serve(
+    text: str,
+    values: Any,
+    parameters: dict[str, str] | None = None,
+    rebuild: Callable[[Mapping[str, Any]], BaseException] | None = None,
+) -> Mapping[str, Any]:
     """The recorded response for a statement, or raise as the recording says.
 
     Any statement asked before the recorded request is answered by the before-request rule
@@ -79,19 +82,22 @@ def serve(text: str, values: Any, parameters: dict[str, str] | None = None) -> M
     recording holds an unconsumed exchange for is matched strictly, and a connection-scope
     statement it holds none for is answered by the ambient rule (both in the module
     docstring);
-    ``parameters`` are the asking connection's server parameters (updated by ``SET``).
+    ``parameters`` are the asking connection's server parameters (updated by ``SET``);
+    ``rebuild`` turns a recorded ``error`` into the driver's exception (default: psycopg2's,
+    :func:`rebuild_error`).
     """
+    rebuild = rebuild_error if rebuild is None else rebuild
     session = _session()
     probe = _live_probe(session, pg_probe(text, UNSET if values is None else values))
     connection_scope = statement_scope(text, probe.get("values")) is not None
     if session.usage.awaiting:
         if connection_scope:
-            return _ambient(session, probe, text, values, parameters)
+            return _ambient(session, probe, text, values, parameters, rebuild=rebuild)
         return _before_request(session, probe, text, values, parameters)
     # A recorded data exchange with the statement's text is matched strictly, whatever the
     # text: the connection-scope rule answers only what the recording has no exchange for.
     if connection_scope and not session.has_candidate("pg", probe):
-        return _ambient(session, probe, text, values, parameters)
+        return _ambient(session, probe, text, values, parameters, rebuild=rebuild)
     exchange, line = session.match_with_line("pg", probe)
     if exchange is None:
         _report(session, line)
@@ -103,7 +109,7 @@ def serve(text: str, values: Any, parameters: dict[str, str] | None = None) -> M
         raise DivergedError(TRUNCATED_MESSAGE, line=line)
     error = response.get("error")
     if error:
-        raise rebuild_error(error if isinstance(error, Mapping) else {})
+        raise rebuild(error if isinstance(error, Mapping) else {})
     return response
 
 
@@ -118,6 +124,8 @@ def _ambient(
     text: str,
     values: Any,
     parameters: dict[str, str] | None,
+    *,
+    rebuild: Callable[[Mapping[str, Any]], BaseException],
 ) -> Mapping[str, Any]:
     exchange = session.ambient(probe)
     response = _response_of(exchange) if exchange is not None else None
@@ -129,7 +137,7 @@ def _ambient(
         return default_response(text, values, parameters)
     error = response.get("error")
     if error:
-        raise rebuild_error(error if isinstance(error, Mapping) else {})
+        raise rebuild(error if isinstance(error, Mapping) else {})
     return response
 
 
@@ -150,16 +158,25 @@ def _before_request(
     return default_response(text, values, parameters)
 
 
-# Only these classes are ever instantiated from a capsule.
-_ALLOWED = allowed_exception_classes(builtins, psycopg2, _errors)
+@functools.cache
+def _allowed() -> dict[str, type[BaseException]]:
+    # Only these classes are ever instantiated from a capsule. Imported on first use: psycopg
+    # 3 replay serves through this module where psycopg2 may not be installed.
+    import psycopg2
+    from psycopg2 import errors
+
+    return allowed_exception_classes(builtins, psycopg2, errors)
 
 
 def rebuild_error(fields: Mapping[str, Any]) -> BaseException:
     """The exception a recorded ``error`` stands for, with its ``pgcode`` and ``pgerror``."""
+    import psycopg2
+    from psycopg2 import errors as _errors
+
     message = fields.get("message")
     message = "recorded pg error" if message is None else str(message)
     code = fields.get("code")
-    cls: type[BaseException] | None = _ALLOWED.get(str(fields.get("type")))
+    cls: type[BaseException] | None = _allowed().get(str(fields.get("type")))
     if cls is None and isinstance(code, str) and code:
         try:
             cls = _errors.lookup(code)

@@ -20,8 +20,6 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-from psycopg2 import extensions as _ext
-
 from reproit_otel._guard import absorb
 from reproit_otel.capture import recording
 from reproit_otel.instrumentation._exceptions import exception_type_name
@@ -47,9 +45,17 @@ from reproit_otel.wire.statements import CONNECTION_SCOPE, SCOPE_FIELD, statemen
 __all__ = ["build_row", "error_response"]
 
 # The C methods that read a client-side cursor's result (below every Python layer, so the
-# rows come back without the application's row conversions).
-_fetchmany = _ext.cursor.fetchmany
-_scroll = _ext.cursor.scroll
+# rows come back without the application's row conversions). psycopg2's only: the psycopg 3
+# recorder, which may run without psycopg2, reads its results itself.
+_fetchmany: Any
+_scroll: Any
+try:
+    from psycopg2 import extensions as _ext
+except ImportError:
+    _fetchmany = _scroll = None
+else:
+    _fetchmany = _ext.cursor.fetchmany
+    _scroll = _ext.cursor.scroll
 
 _INTERNAL = "internal error while recording a statement"
 _NO_REQUEST = "the statement could not be recorded"

@@ -36,7 +36,8 @@ that could be                                                      or are ``$pg`
 mistaken for a tag
 Range (extras)         ``{"$pg":"range","type":NAME,"v":           NumericRange, DateRange,
                        [lower, upper, bounds]}`` / ``"v":null``   DateTimeRange,
-                       when empty                                  DateTimeTZRange
+                       when empty                                  DateTimeTZRange; psycopg
+                                                                   3's ``Range``: ``"Range"``
 ``ipaddress`` objects  ``{"$pg":"ip","type":NAME,"v":TEXT}``
 ====================  ==========================================  ===========================
 
@@ -187,9 +188,11 @@ def _is_record(value: tuple[Any, ...]) -> bool:
 
 
 def _encode_range(value: Any) -> dict[str, Any] | None:
+    if type(value).__module__ == _PSYCOPG_RANGES:
+        return _encode_psycopg_range(value)
     try:
         from psycopg2 import extras
-    except ImportError:  # pragma: no cover - psycopg2 is present whenever this runs
+    except ImportError:  # psycopg 3 alone
         return None
     if not isinstance(value, extras.Range):
         return None
@@ -208,6 +211,19 @@ def _encode_range(value: Any) -> dict[str, Any] | None:
 
 
 _RANGE_TYPES = ("NumericRange", "DateRange", "DateTimeRange", "DateTimeTZRange", "Range")
+_PSYCOPG_RANGES = "psycopg.types.range"
+
+
+def _encode_psycopg_range(value: Any) -> dict[str, Any] | None:
+    """A psycopg 3 ``Range`` (every range type loads as one): ``type`` ``"Range"``, with the
+    bounds psycopg 3 keeps; a ``Multirange`` has no encoding."""
+    if type(value).__name__ != "Range":
+        return None
+    if value.isempty:
+        return _tagged("range", None, type="Range")
+    return _tagged(
+        "range", [encode_value(value.lower), encode_value(value.upper), value.bounds], type="Range"
+    )
 
 
 def encode_params(params: Any) -> Any:

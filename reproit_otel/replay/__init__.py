@@ -6,8 +6,9 @@ bootstrap then calls :func:`install_replay`, which
 
 1. loads the file into the process's :class:`~reproit_otel.ReplaySession`,
 2. pins the capsule's determinism envelope (time zone, clock, :mod:`random`),
-3. installs :class:`ReproitReplayInstrumentor`, which patches ``requests``, ``httpx`` and
-   ``psycopg2`` at the same seams the recorders use, so a served call still produces its
+3. installs :class:`ReproitReplayInstrumentor`, which patches ``requests``, ``httpx``,
+   ``psycopg2`` and psycopg 3 (``psycopg``, ``psycopg_pool`` through it) at the same seams the
+   recorders use, so a served call still produces its
    OpenTelemetry span, and patches the credential checks (``instrumentation/credentials.py``)
    so that a signed session, CSRF token or JWT is answered with the outcome production's
    check recorded,
@@ -77,6 +78,7 @@ _LIBRARY_INSTRUMENTORS = (
     ("reproit_otel.instrumentation.requests", "RequestsReplayInstrumentor", "requests"),
     ("reproit_otel.instrumentation.httpx", "HttpxReplayInstrumentor", "httpx"),
     ("reproit_otel.instrumentation.psycopg2", "Psycopg2ReplayInstrumentor", "psycopg2"),
+    ("reproit_otel.instrumentation._pg3_replay", "PsycopgReplayInstrumentor", "psycopg"),
 )
 
 _CI_OPERATION_PREFIX = "test:"

@@ -19,7 +19,8 @@ scope                 statements (case-insensitive, after leading white space; a
                       ``ROLLBACK [WORK | TRANSACTION] TO [SAVEPOINT] n``
 ``setting``           ``SET ...``, ``RESET ...``, ``SHOW ...``, ``DISCARD ...``,
                       ``SELECT set_config(...)``, ``SELECT current_setting(...)``
-``ping``              ``SELECT 1`` without parameters (pool pre-ping)
+``ping``              ``SELECT 1`` without parameters (pool pre-ping); the empty statement
+                      (psycopg_pool's connection check)
 ``introspection``     ``SELECT version()``, ``SELECT pg_catalog.version()``,
                       ``SELECT current_schema()``, and a ``SELECT`` that reads only
                       ``pg_type`` (and ``pg_namespace``): type OID lookups
@@ -133,7 +134,7 @@ def statement_scope(text: Any, values: Any = None) -> str | None:
         return None
     normal = _normal(text).upper()
     if not normal:
-        return None
+        return "ping"
     if _SAVEPOINT.match(normal):
         return "savepoint"
     if _TRANSACTION.match(normal):
@@ -284,6 +285,8 @@ def default_response(
         tags = {"START": "BEGIN", "END": "COMMIT", "ABORT": "ROLLBACK"}
         return _no_result(tags.get(head, head))
     if scope == "ping":
+        if not normal:  # the empty statement: no command, no result
+            return {"command": None, "rowCount": 0, "rows": [], "columns": None}
         return _one("?column?", 1, _INT4_OID)
     if scope == "introspection":
         if "VERSION" in upper:

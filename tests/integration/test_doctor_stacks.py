@@ -3,6 +3,7 @@ it cannot see: a real subprocess in real project folders."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -49,8 +50,10 @@ def test_a_django_project_without_its_settings_module_is_warned_about(tmp_path: 
     ]
     code, lines = doctor(project, DJANGO_SETTINGS_MODULE="ledger_site.settings")
     assert code == 0
+    # Django picks psycopg 3 when it is installed (the project's environment has both).
+    driver = "psycopg 3" if importlib.util.find_spec("psycopg") is not None else "psycopg2"
     assert lines[1:] == [
-        "ok       stacks        Django database 'default': PostgreSQL through psycopg2, recorded"
+        f"ok       stacks        Django database 'default': PostgreSQL through {driver}, recorded"
     ]
 
 
@@ -66,8 +69,8 @@ def test_a_django_database_reproit_otel_does_not_record_is_warned_about(tmp_path
     assert code == 0
     assert lines[1:] == [
         "warning  stacks        Django database 'default' (sqlite3) is not recorded "
-        "(reproit-otel records PostgreSQL through psycopg2): captures of requests that use it "
-        "are incomplete"
+        "(reproit-otel records PostgreSQL through psycopg2 and psycopg 3): captures of requests "
+        "that use it are incomplete"
     ]
     code, lines = doctor(project, DJANGO_SETTINGS_MODULE="no_such_settings")
     assert code == 1

@@ -50,6 +50,8 @@ TABLE: list[tuple[str, Any, str | None]] = [
     ("SELECT 1", None, "ping"),
     ("select 1;", None, "ping"),
     (" SELECT  1 ", {}, "ping"),
+    ("", None, "ping"),  # psycopg_pool's check_connection
+    (" ; ", None, "ping"),
     # server version and type introspection (SQLAlchemy dialect set-up, psycopg2 extras)
     ("select pg_catalog.version()", {}, "introspection"),
     ("SELECT version()", None, "introspection"),
@@ -74,7 +76,6 @@ TABLE: list[tuple[str, Any, str | None]] = [
     ("WITH s AS (SELECT 1) SELECT * FROM s", None, None),
     ("SELECT set_config_history FROM audit", None, None),
     ("BEGINNING", None, None),
-    ("", None, None),
 ]
 
 
@@ -136,6 +137,7 @@ DEFAULTS: list[tuple[str, Any, Any]] = [
         _one("set_config", "Europe/Berlin"),
     ),
     ("SELECT current_setting('DateStyle')", None, _one("current_setting", "ISO, MDY")),
+    ("", None, {"command": None, "rowCount": 0, "rows": [], "columns": None}),
     (
         "SELECT typarray FROM pg_type WHERE typname = 'citext'",
         None,

@@ -1,0 +1,363 @@
+"""psycopg 3 replay, against the real PostgreSQL: what psycopg 3 shows live, it shows replayed.
+
+Every capsule here is recorded by the psycopg2 recorder (a capsule does not care which driver
+produced it); the same statements then run under psycopg 3 twice: live, on the real server,
+and replayed, on a DSN whose port nothing listens on. Both must show the same rows (values and
+Python types), descriptions, row counts, status, transaction status and errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.rows import class_row, dict_row, namedtuple_row
+
+from reproit_otel.errors import DivergedError
+from reproit_otel.instrumentation._pg3_replay import PsycopgReplayInstrumentor
+from reproit_otel.replay.session import activate, deactivate
+from reproit_otel.wire.replay import ReplaySession
+from tests.integration.pg_support import closed_port_dsn, record, seen
+
+pytestmark = pytest.mark.postgres
+
+# Live psycopg 3 loads timestamptz in the session's TimeZone, replay in the recorded one (UTC
+# when the recording names none): the live side asks for UTC by that name.
+UTC = "-c TimeZone=UTC"
+
+Statements = list[tuple[str, Any]]
+
+
+def _record(dsn: str, statements: Statements) -> dict[str, Any]:
+    """A capsule of ``statements`` run by psycopg2 on one cursor (an error rolls back)."""
+
+    def app(connect: Callable[..., Any]) -> None:
+        import psycopg2
+
+        conn = connect()
+        with conn.cursor() as cur:
+            for text, values in statements:
+                try:
+                    cur.execute(text, values)
+                except psycopg2.Error:
+                    conn.rollback()
+                    continue
+                if cur.description is not None:
+                    cur.fetchall()
+        conn.commit()
+        conn.close()
+
+    return record(dsn, app, otel=False).capsule()
+
+
+@contextmanager
+def replaying(capsule: dict[str, Any], *, awaiting: bool = False) -> Iterator[ReplaySession]:
+    """psycopg 3 served from ``capsule`` (``awaiting``: boot calls come before the request)."""
+    session = ReplaySession(capsule)
+    if awaiting:
+        session.usage.await_request()
+    activate(session)
+    PsycopgReplayInstrumentor().instrument()
+    try:
+        yield session
+    finally:
+        PsycopgReplayInstrumentor().uninstrument()
+        deactivate()
+
+
+def _description(cursor: Any) -> Any:
+    if cursor.description is None:
+        return None
+    return [
+        (c.name, c.type_code, c.display_size, c.internal_size, c.precision, c.scale)
+        for c in cursor.description
+    ]
+
+
+def _shown(cursor: Any, rows: Any) -> dict[str, Any]:
+    return {
+        "rows": seen(rows),
+        "description": _description(cursor),
+        "rowcount": cursor.rowcount,
+        "status": cursor.statusmessage,
+    }
+
+
+def _run(conn: Any, statements: Statements, row_factory: Any = None) -> list[Any]:
+    """What psycopg 3 shows for each statement, an error as its class, SQLSTATE and text."""
+    shown: list[Any] = []
+    with conn:
+        for text, values in statements:
+            cur = conn.cursor(row_factory=row_factory)
+            try:
+                cur.execute(text, values)
+            except psycopg.Error as error:
+                shown.append(_error(error))
+                conn.rollback()
+                continue
+            rows = cur.fetchall() if cur.description is not None else None
+            shown.append(_shown(cur, rows))
+    return shown
+
+
+def _error(error: psycopg.Error) -> tuple[Any, ...]:
+    return (type(error), error.sqlstate, error.diag.sqlstate, error.diag.message_primary)
+
+
+def _live_and_replayed(dsn: str, statements: Statements, **options: Any) -> tuple[Any, Any]:
+    capsule = _record(dsn, statements)
+    live = _run(psycopg.connect(dsn, options=UTC), statements, **options)
+    with replaying(capsule) as session:
+        replayed = _run(psycopg.connect(closed_port_dsn()), statements, **options)
+    assert not session.diverged, session.divergence_lines
+    return live, replayed
+
+
+VALUES = (
+    "SELECT 1.50::numeric(5,2) AS price, 2.5::float8 AS ratio, 9007199254740993::int8 AS big,"
+    " true AS flag, NULL::text AS nothing, 'pen'::varchar(40) AS sku, 'x'::char(3) AS code,"
+    " '2024-05-01 10:00:00+02'::timestamptz AS at, '2024-05-01 10:00:00'::timestamp AS naive,"
+    " '2024-05-01'::date AS day, '10:30:00'::time AS clock, '10:30:00+02'::timetz AS clock_tz,"
+    " '1 day 02:00:00'::interval AS span,"
+    " 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid AS id,"
+    " ARRAY['a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid] AS ids,"
+    " '\\x00ff'::bytea AS blob, ARRAY[1, NULL, 3] AS numbers, ARRAY['a', 'b''c'] AS words,"
+    ' \'{"k": [1, {"z": null}], "a": 2}\'::jsonb AS doc, \'{"b": 1, "a": 2}\'::json AS raw,'
+    " int4range(1, 5) AS span_int, numrange(1.5, NULL) AS span_num,"
+    " daterange('2024-01-01', '2024-02-01', '[]') AS span_day,"
+    " tstzrange('2024-01-01 00:00+02', '2024-01-02 00:00+02') AS span_at,"
+    " 'empty'::int4range AS span_empty,"
+    " '10.0.0.1/8'::inet AS host_net, '10.0.0.1'::inet AS host, '10.0.0.0/8'::cidr AS net"
+    " WHERE %s"
+)
+
+
+def test_values_come_back_as_psycopg3_returns_them(postgres_dsn: str) -> None:
+    live, replayed = _live_and_replayed(postgres_dsn, [(VALUES, (True,))])
+    assert replayed == live
+    row = live[0]["rows"][1][0][1]
+    assert [part[0] for part in row] == [
+        "Decimal", "float", "int", "bool", "NoneType", "str", "str", "datetime", "datetime",
+        "date", "time", "time", "timedelta", "UUID", "list", "bytes", "list", "list", "dict",
+        "dict", "Range", "Range", "Range", "Range", "Range", "IPv4Interface", "IPv4Address",
+        "IPv4Network",
+    ]  # fmt: skip
+
+
+ITEMS = "SELECT id, name FROM (VALUES (1, 'pen'), (2, 'ink')) AS t(id, name) WHERE id >= %(lo)s"
+
+
+@dataclasses.dataclass
+class Item:
+    id: int
+    name: str
+
+
+@pytest.mark.parametrize(
+    "factory",
+    [None, dict_row, namedtuple_row, class_row(Item)],
+    ids=["tuple", "dict_row", "namedtuple_row", "class_row"],
+)
+def test_row_factories_build_their_rows_from_served_values(postgres_dsn: str, factory: Any) -> None:
+    live, replayed = _live_and_replayed(postgres_dsn, [(ITEMS, {"lo": 1})], row_factory=factory)
+    assert replayed == live
+    assert len(live[0]["rows"][1]) == 2
+
+
+def test_writes_errors_and_statuses_match_the_live_run(postgres_dsn: str) -> None:
+    statements: Statements = [
+        ("CREATE TEMP TABLE notes (id serial PRIMARY KEY, body text UNIQUE)", None),
+        ("INSERT INTO notes (body) VALUES (%s), (%s) RETURNING id", ("a", "b")),
+        ("UPDATE notes SET body = body || '!' WHERE id > %s", (0,)),
+        ("DELETE FROM notes WHERE body = %s", ("c",)),
+        ("INSERT INTO notes (body) VALUES (%s)", ("a!",)),
+        ("SELECT 1/0", None),
+    ]
+    live, replayed = _live_and_replayed(postgres_dsn, statements)
+    assert replayed == live
+    assert live[4] == (
+        psycopg.errors.UniqueViolation,
+        "23505",
+        "23505",
+        'duplicate key value violates unique constraint "notes_body_key"',
+    )
+    assert live[5][:2] == (psycopg.errors.DivisionByZero, "22012")
+    assert [entry["status"] for entry in live[1:4]] == [
+        "INSERT 0 2",
+        "UPDATE 2",
+        "DELETE 0",
+    ]
+
+
+def _transaction_story(conn: psycopg.Connection[Any]) -> list[Any]:
+    """The transaction status a connection shows through commits, blocks and an error."""
+    story: list[Any] = [conn.info.transaction_status]
+    conn.execute("SELECT %s::int", (1,))
+    story.append(conn.info.transaction_status)
+    conn.commit()
+    story.append(conn.info.transaction_status)
+    with conn.transaction():
+        conn.execute("SELECT %s::int", (2,))
+        story.append(conn.info.transaction_status)
+        with conn.transaction():
+            story.append(conn.info.transaction_status)
+    story.append(conn.info.transaction_status)
+    try:
+        conn.execute("SELECT 1/0")
+    except psycopg.errors.DivisionByZero:
+        story.append(conn.info.transaction_status)
+    conn.rollback()
+    story.append(conn.info.transaction_status)
+    with conn.transaction() as block:
+        conn.execute("SELECT %s::int", (3,))
+        raise psycopg.Rollback(block)
+    story.append(conn.info.transaction_status)
+    conn.autocommit = True
+    conn.execute("SELECT %s::int", (4,))
+    story.append((conn.info.transaction_status, conn.pgconn.transaction_status))
+    conn.close()
+    story.append((conn.closed, conn.info.status))
+    return story
+
+
+def test_the_transaction_status_follows_as_live(postgres_dsn: str) -> None:
+    statements: Statements = [
+        ("SELECT %s::int", (1,)),
+        ("SELECT %s::int", (2,)),
+        ("SELECT 1/0", None),
+        ("SELECT %s::int", (3,)),
+        ("SELECT %s::int", (4,)),
+    ]
+    capsule = _record(postgres_dsn, statements)
+    live = _transaction_story(psycopg.connect(postgres_dsn))
+    with replaying(capsule) as session:
+        replayed = _transaction_story(psycopg.connect(closed_port_dsn()))
+    assert replayed == live
+    assert session.usage.report()["unused"] == 0
+
+
+def _named(conn: psycopg.Connection[Any]) -> list[Any]:
+    with conn.cursor("walker", row_factory=dict_row) as cur:
+        cur.execute("SELECT g, g * 2 AS twice FROM generate_series(1, 5) g")
+        shown: list[Any] = [_description(cur), cur.rowcount]
+        shown.append((cur.fetchmany(2), cur.rowcount, cur.rownumber))
+        shown.append((cur.fetchone(), cur.rowcount))
+        shown.append((list(cur), cur.rowcount))
+    conn.close()
+    return shown
+
+
+def test_a_server_side_cursor_serves_its_rows_as_fetched(postgres_dsn: str) -> None:
+    capsule = _record(
+        postgres_dsn, [("SELECT g, g * 2 AS twice FROM generate_series(1, 5) g", None)]
+    )
+    live = _named(psycopg.connect(postgres_dsn))
+    with replaying(capsule):
+        replayed = _named(psycopg.connect(closed_port_dsn()))
+    assert replayed == live
+
+
+async def _async_run(dsn: str, statements: Statements) -> list[Any]:
+    shown: list[Any] = []
+    conn = await psycopg.AsyncConnection.connect(dsn, options=UTC, row_factory=dict_row)
+    async with conn:
+        for text, values in statements:
+            try:
+                cur = await conn.execute(text, values)
+            except psycopg.Error as error:
+                shown.append(_error(error))
+                await conn.rollback()
+                continue
+            rows = await cur.fetchall() if cur.description is not None else None
+            shown.append(_shown(cur, rows))
+        async with conn.transaction(), conn.cursor() as cur:
+            await cur.execute(ITEMS, {"lo": 2})
+            shown.append([row async for row in cur])
+        shown.append(conn.info.transaction_status)
+    shown.append(conn.closed)
+    return shown
+
+
+def test_async_connections_and_cursors_replay_as_live(postgres_dsn: str) -> None:
+    statements: Statements = [(VALUES, (True,)), (ITEMS, {"lo": 1}), ("SELECT 1/0", None)]
+    capsule = _record(postgres_dsn, [*statements, (ITEMS, {"lo": 2})])
+    live = asyncio.run(_async_run(postgres_dsn, statements))
+    with replaying(capsule) as session:
+        replayed = asyncio.run(_async_run(closed_port_dsn(), statements))
+    assert replayed == live
+    assert session.usage.report()["unused"] == 0
+
+
+def test_an_extra_query_diverges_with_its_line(
+    postgres_dsn: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    capsule = _record(postgres_dsn, [(ITEMS, {"lo": 1})])
+    capfd.readouterr()
+    with replaying(capsule), psycopg.connect(closed_port_dsn()) as conn:
+        assert conn.execute(ITEMS, {"lo": 1}).fetchall() == [(1, "pen"), (2, "ink")]
+        with pytest.raises(DivergedError) as raised:
+            conn.execute("SELECT name FROM items WHERE id = %s", (7,))
+    line = (
+        'REPROIT:DIVERGENCE {"protocol":"pg","got":{"text":"SELECT name FROM items WHERE id = %s",'
+        '"values":[7]},"expected":null,"consumed":1,"total":1}'
+    )
+    assert raised.value.line == line
+    assert capfd.readouterr().err == line + "\n"
+
+
+def test_replay_never_opens_a_connection(postgres_dsn: str) -> None:
+    """A listener on the DSN's port sees no connection attempt, sync, async or pooled."""
+    import socket
+
+    import psycopg_pool
+
+    capsule = _record(postgres_dsn, [(ITEMS, {"lo": 1})] * 3)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        listener.setblocking(False)
+        dsn = f"postgresql://nobody@127.0.0.1:{listener.getsockname()[1]}/stopped"
+
+        async def async_call() -> Any:
+            async with await psycopg.AsyncConnection.connect(dsn) as conn:
+                return await (await conn.execute(ITEMS, {"lo": 1})).fetchall()
+
+        with replaying(capsule) as session:
+            with psycopg.connect(dsn) as conn:
+                first = conn.execute(ITEMS, {"lo": 1}).fetchall()
+            second = asyncio.run(async_call())
+            with psycopg_pool.ConnectionPool(dsn, min_size=2, open=True) as pool:
+                pool.wait()
+                with pool.connection() as conn:
+                    third = conn.execute(ITEMS, {"lo": 1}).fetchall()
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+    assert first == second == third == [(1, "pen"), (2, "ink")]
+    assert session.usage.report()["unused"] == 0
+
+
+def test_uninstrument_restores_every_original() -> None:
+    from psycopg.types import TypeInfo
+
+    before = (
+        psycopg.connect,
+        psycopg.Connection.__dict__["connect"],
+        psycopg.AsyncConnection.__dict__["connect"],
+        TypeInfo.__dict__["fetch"],
+    )
+    instrumentor = PsycopgReplayInstrumentor()
+    instrumentor.instrument()
+    assert psycopg.connect is not before[0]
+    instrumentor.uninstrument()
+    after = (
+        psycopg.connect,
+        psycopg.Connection.__dict__["connect"],
+        psycopg.AsyncConnection.__dict__["connect"],
+        TypeInfo.__dict__["fetch"],
+    )
+    assert after == before
