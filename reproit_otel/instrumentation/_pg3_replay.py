@@ -238,8 +238,8 @@ class _CursorCore:
         return [psycopg.Column(self, index) for index in range(result.nfields)]
 
     @property
-    def query(self) -> Any:
-        return self._query
+    def query(self) -> bytes | None:
+        return None if self._query is None else self._query.query
 
     @property
     def params(self) -> Any:
@@ -271,7 +271,7 @@ class _CursorCore:
             values: Any = [redact_sql_values(text, encode_params(item)) for item in params]
         else:
             values = None if params is None else redact_sql_values(text, encode_params(params))
-        self._query = text.encode("utf-8")
+        self._query = _SentQuery(self, text, None if many else params)
         self._params = params
         self._load(self._serve(text, values))
 
@@ -373,6 +373,16 @@ class _CursorCore:
     def _close(self) -> None:
         self._closed = True
 
+    def mogrify(self, query: Any, params: Any = None) -> str:
+        """The statement with its parameters merged, as a ``ClientCursor`` would send it."""
+        from psycopg._queries import PostgresClientQuery
+        from psycopg.adapt import Transformer
+
+        query = query if isinstance(query, (str, bytes)) else self._text(query)
+        merged = PostgresClientQuery(Transformer())
+        merged.convert(query, params)
+        return bytes(merged.query).decode("utf-8")
+
     def nextset(self) -> bool | None:
         return None
 
@@ -384,6 +394,19 @@ class _CursorCore:
 
     def _copy(self, statement: Any) -> Any:
         return diverge(pg_probe(self._text(statement)), "reproit: psycopg COPY cannot be replayed")
+
+
+class _SentQuery:
+    """psycopg's query object (``cursor._query``, which Django reads): the statement with its
+    parameters merged, as a ``ClientCursor`` sends it."""
+
+    def __init__(self, cursor: _CursorCore, text: str, params: Any) -> None:
+        self.params = params
+        try:
+            merged = text if params is None else cursor.mogrify(text, params)
+        except Exception:  # informational only
+            merged = text
+        self.query = merged.encode("utf-8")
 
 
 def _tuples_ok() -> Any:
@@ -585,7 +608,7 @@ class _StubInfo:
         self._conn = conn
         self._dsn = dsn
         self._status = ConnStatus
-        self.transaction_status = TransactionStatus.IDLE
+        self._transaction_status = TransactionStatus.IDLE
         self.pipeline_status = PipelineStatus.OFF
         self.vendor = "PostgreSQL"
         self.backend_pid = 0
@@ -595,6 +618,17 @@ class _StubInfo:
     @property
     def status(self) -> Any:
         return self._status.BAD if self._conn.closed else self._status.OK
+
+    @property
+    def transaction_status(self) -> Any:
+        from psycopg.pq import TransactionStatus
+
+        # A closed connection's is UNKNOWN: what makes a pool discard it.
+        return TransactionStatus.UNKNOWN if self._conn.closed else self._transaction_status
+
+    @transaction_status.setter
+    def transaction_status(self, value: Any) -> None:
+        self._transaction_status = value
 
     @property
     def dsn(self) -> str:

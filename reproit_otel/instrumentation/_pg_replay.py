@@ -21,7 +21,11 @@ TABLE``), else rebuilt from the recorded command word and row count (``INSERT 0 
 ``SELECT 3``; a command recorded by another SDK without a count is its word alone),
 ``rowcount`` the recorded row count (``-1`` for a command without one; for a named cursor, the
 rows fetched so far), ``description`` the recorded columns, and rows come back with the
-recorded Python types. A recorded error is raised as the same psycopg2 class
+recorded Python types (from a capsule recorded with psycopg 3, ``bytea`` comes back as a
+``memoryview`` and a range as ``NumericRange``/``DateRange``/``DateTimeRange``/
+``DateTimeTZRange``, as psycopg2 returns them; ``uuid`` and ``inet`` values stay the objects
+psycopg 3 read, since whether psycopg2 would convert them depends on the application's
+``register_uuid``/``register_ipaddress``). A recorded error is raised as the same psycopg2 class
 (``psycopg2.errors.lookup(pgcode)`` or the recorded class name) with its ``pgcode`` and
 ``pgerror`` (``diag`` is empty). A call the recording does not hold raises
 :class:`~reproit_otel.errors.DivergedError` after its ``REPROIT:DIVERGENCE`` line was written,
@@ -54,6 +58,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import psycopg2
+import psycopg2.extras
 from psycopg2 import extensions as _ext
 
 from reproit_otel.instrumentation import _pg_offline as offline
@@ -404,6 +409,9 @@ class StubCursor:
             return
         keys = column_keys([column.name for column in description])
         self._reproit_rows = [_decode_row(keys, row) for row in raw_rows]
+        oids = [column.type_code for column in description]
+        if _FOREIGN_OIDS.intersection(oids):
+            self._reproit_rows = [_as_psycopg2(oids, values) for values in self._reproit_rows]
         if self.name is None:
             self.description = description
         else:
@@ -545,6 +553,43 @@ def _decode_row(keys: list[str], row: Any) -> tuple[Any, ...]:
     if isinstance(row, list):
         return tuple(decode_value(value) for value in row)
     return (decode_value(row),)
+
+
+# Column types whose values psycopg 3 returns as another type than psycopg2 does: a capsule
+# recorded with psycopg 3 holds ``bytes`` for bytea (psycopg2: ``memoryview``) and a plain
+# ``Range`` for every range type (psycopg2: ``NumericRange``, ``DateRange``...).
+_RANGE_CLASSES = {
+    3904: "NumericRange",
+    3906: "NumericRange",
+    3926: "NumericRange",
+    3912: "DateRange",
+    3908: "DateTimeRange",
+    3910: "DateTimeTZRange",
+}
+_FOREIGN_OIDS = frozenset({17, 1001, *_RANGE_CLASSES})
+
+
+def _as_psycopg2(oids: list[Any], values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A row of a capsule recorded with psycopg 3, with the types psycopg2 returns."""
+    return tuple(
+        _value_as_psycopg2(value, oids[index] if index < len(oids) else None)
+        for index, value in enumerate(values)
+    )
+
+
+def _value_as_psycopg2(value: Any, oid: Any) -> Any:
+    if oid == 17 and type(value) is bytes:
+        return memoryview(value)
+    if oid == 1001 and isinstance(value, list):
+        return [_value_as_psycopg2(item, 17) for item in value]
+    name = _RANGE_CLASSES.get(oid)
+    if name is not None and type(value) is psycopg2.extras.Range:
+        cls = getattr(psycopg2.extras, name)
+        if value.isempty:
+            return cls(empty=True)
+        bounds = getattr(value, "_bounds", None) or "[)"
+        return cls(value.lower, value.upper, bounds)
+    return value
 
 
 def _build_row(cursor: Any, values: tuple[Any, ...]) -> Any:

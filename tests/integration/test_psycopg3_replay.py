@@ -220,8 +220,9 @@ def _transaction_story(conn: psycopg.Connection[Any]) -> list[Any]:
     conn.autocommit = True
     conn.execute("SELECT %s::int", (4,))
     story.append((conn.info.transaction_status, conn.pgconn.transaction_status))
+    story.append(conn.cursor().mogrify("SELECT %s, %s", ("it's", [1, 2])))
     conn.close()
-    story.append((conn.closed, conn.info.status))
+    story.append((conn.closed, conn.info.status, conn.pgconn.transaction_status))
     return story
 
 
@@ -234,9 +235,10 @@ def test_the_transaction_status_follows_as_live(postgres_dsn: str) -> None:
         ("SELECT %s::int", (4,)),
     ]
     capsule = _record(postgres_dsn, statements)
-    live = _transaction_story(psycopg.connect(postgres_dsn))
+    client = psycopg.ClientCursor
+    live = _transaction_story(psycopg.connect(postgres_dsn, cursor_factory=client))
     with replaying(capsule) as session:
-        replayed = _transaction_story(psycopg.connect(closed_port_dsn()))
+        replayed = _transaction_story(psycopg.connect(closed_port_dsn(), cursor_factory=client))
     assert replayed == live
     assert session.usage.report()["unused"] == 0
 
@@ -361,3 +363,52 @@ def test_uninstrument_restores_every_original() -> None:
         TypeInfo.__dict__["fetch"],
     )
     assert after == before
+
+
+CROSS = (
+    "SELECT '\\x00ff'::bytea AS blob, ARRAY['\\x01'::bytea] AS blobs, 1.50::numeric(5,2) AS price,"
+    " '2024-05-01 10:00:00+02'::timestamptz AS at, '{\"k\": [1]}'::jsonb AS doc,"
+    " int4range(1, 5) AS span_int, numrange(1.5, NULL) AS span_num,"
+    " daterange('2024-01-01', '2024-02-01', '[]') AS span_day,"
+    " tsrange('2024-01-01', '2024-01-02') AS span_naive,"
+    " tstzrange('2024-01-01 00:00+02', '2024-01-02 00:00+02') AS span_at,"
+    " 'empty'::int4range AS span_empty WHERE %s"
+)
+
+
+def test_a_capsule_recorded_with_psycopg3_replays_under_psycopg2(postgres_dsn: str) -> None:
+    """The other way round: rows psycopg 3 read come back with the types psycopg2 returns."""
+    from reproit_otel.instrumentation._pg3_values import encode_params
+    from reproit_otel.instrumentation._pg_common import column_entry
+    from tests.integration.pg_support import replay
+
+    def app(connect: Callable[..., Any]) -> Any:
+        with connect().cursor() as cur:
+            cur.execute(CROSS, (True,))
+            return cur.fetchall()
+
+    recorded = record(postgres_dsn, app, otel=False)
+    # The exchange as psycopg 3 reads it: its rows and description, encoded as recorded.
+    with psycopg.connect(postgres_dsn, options=UTC) as conn:
+        cur = conn.execute(CROSS, (True,))
+        description = cur.description
+        assert description is not None
+        rows = [
+            {
+                column.name: encode_params([value])[0]
+                for column, value in zip(description, row, strict=True)
+            }
+            for row in cur.fetchall()
+        ]
+        columns = [column_entry(column) for column in description]
+    capsule = recorded.capsule()
+    [effect] = [event for event in capsule["events"] if event.get("kind") == "effect"]
+    response = effect["exchange"]["response"]
+    assert response["rows"] != rows  # psycopg2 recorded other types (memoryview, NumericRange)
+    response.update(rows=rows, columns=columns)
+    replayed = replay(capsule, app, otel=False)
+    assert seen(replayed.result) == seen(recorded.result)
+    assert [type(value).__name__ for value in replayed.result[0]] == [
+        "memoryview", "list", "Decimal", "datetime", "dict", "NumericRange", "NumericRange",
+        "DateRange", "DateTimeRange", "DateTimeTZRange", "NumericRange",
+    ]  # fmt: skip
