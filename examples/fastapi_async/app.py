@@ -7,9 +7,7 @@ tables and the same planted bug as the other shops (``POST /orders`` for the SKU
 ``gift-card`` stores the order, then answers 500 because the pricing service's
 ``"discount_percent": null`` reaches :func:`discount_label`). Once the stock is checked, the
 price, the tax rate and the packing note are asked for concurrently (``asyncio.gather``); the
-note is read from the assistant's event stream as it arrives (``AsyncClient.stream``). Each
-order also leaves a background task (FastAPI ``BackgroundTasks``) that reads the order back
-after the response went out.
+note is read from the assistant's event stream as it arrives (``AsyncClient.stream``).
 
 Apart from the ``boundary`` decorator on the tax call (a line protocol over TCP, which no
 HTTP or SQL recorder sees) the service holds no reproit-otel code; run it under
@@ -28,7 +26,7 @@ from typing import Any
 
 import httpx
 import uvicorn
-from fastapi import BackgroundTasks, FastAPI
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from sqlalchemy import text
@@ -164,20 +162,13 @@ async def fetch_order(connection: AsyncConnection, order_id: int) -> dict[str, A
     return dict(zip(names, row, strict=True))
 
 
-async def confirm_stored(order_id: int) -> None:
-    """The background task of an order: read it back once the customer has the answer."""
-    async with engine.connect() as connection:
-        if await fetch_order(connection, order_id) is None:
-            print(f"order {order_id} was not stored", file=sys.stderr, flush=True)
-
-
 @app.get("/")
 async def health() -> dict[str, Any]:
     return {"service": "shop", "ok": True}
 
 
 @app.post("/orders")
-async def create_order(order: Order, background: BackgroundTasks) -> Any:
+async def create_order(order: Order) -> Any:
     if order.quantity < 1:
         return _error(400, "quantity must be a positive integer")
     async with engine.begin() as connection:
@@ -227,7 +218,6 @@ async def create_order(order: Order, background: BackgroundTasks) -> Any:
                 "note": note,
             },
         )
-    background.add_task(confirm_stored, order_id)
     return {
         "order": order_id,
         "sku": order.sku,
