@@ -37,8 +37,9 @@ uploader only counts it); a failing one is handed to the uploader unopened and o
 uploader's thread, where its exchanges are built (bounded, keyed, scrubbed, redacted) before
 its ``return`` event is pushed, so that an exchange that turns out to be unrecordable still
 makes ``effectsComplete`` false; a sink that reads events on the request thread (the debug
-dump) opens it there. An agent oracle marker or a built exchange opens the trace when it is
-pushed. Scan-time operations open their trace at once and build everything as it comes.
+dump) opens it there. An agent oracle marker opens the trace when it is pushed; an exchange
+handed over already built (an invoke boundary's) waits in the record like a deferred one,
+its build giving it back. Scan-time operations open their trace at once and build everything as it comes.
 While heavy capture is on, what a capture holds is bounded as it is recorded: once the
 exchanges kept reach the capture budget (``REPROIT_CAPTURE_BUDGET``, by the bytes each
 recorder says it keeps), later ones are settled but not kept, only counted
@@ -736,7 +737,16 @@ class Operation:
         key: str | None,
         exchange: dict[str, Any],
     ) -> None:
-        """Push the exchange as an effect (secret values scrubbed first, D8)."""
+        """Push the exchange as an effect (secret values scrubbed first, D8).
+
+        A capture whose trace is not opened takes it as a deferred exchange whose build gives
+        it back as it is, so that it keeps the place it was issued at among the others (see
+        "Lazy traces"); it is scrubbed and redacted when the trace is opened, as they are.
+        """
+        if not self.scan and self._trace is None:
+            built = (resource, key, exchange)
+            self.exchange_deferred(binding, effect, lambda: built, binding.library)
+            return
         secrets = self._secrets()
         if secrets:
             exchange = scrub_exact_bytes(_scrubbed(exchange, secrets), secrets)
