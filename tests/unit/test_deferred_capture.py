@@ -436,3 +436,20 @@ def test_exchanges_that_complete_out_of_order_keep_the_order_they_were_issued(ri
     assert [event["exchange"]["note"] for event in effects] == ["first", "second", "third"]
     sequences = [event["sequence"] for event in trace.events]
     assert sequences == sorted(sequences) and len(set(sequences)) == len(sequences)
+
+
+def test_an_exchange_handed_over_built_keeps_its_place_and_opens_nothing(rig: Rig) -> None:
+    attributes = {"http.request.method": "GET", "url.path": "/x", "http.response.status_code": 500}
+    with rig.tracer.start_as_current_span("GET /x", kind=SpanKind.SERVER, attributes=attributes):
+        started = [recording.start_exchange(library) for library in ("invoke", "httpx")]
+        boundary, call = (recorder for recorder in started if recorder is not None)
+        call.finish_deferred("call", lambda: ("api", "GET /a", {"protocol": "http", "n": 2}))
+        boundary.finish("call", resource="tax", key="rate", exchange={"protocol": "invoke"})
+        [operation] = list(rig.processor._operations.values())
+        assert operation.trace_opened is False
+    trace = rig.sink.traces[-1]
+    effects = [event for event in trace.events if event["kind"] == "effect"]
+    assert [(event["resource"], event["key"]) for event in effects] == [
+        ("tax", "rate"),
+        ("api", "GET /a"),
+    ]
