@@ -93,7 +93,6 @@ _UNRECORDED = {
     "pg8000": "PostgreSQL (pg8000)",
     "pika": "RabbitMQ (pika)",
     "poplib": "POP3 (poplib)",
-    "psycopg": "PostgreSQL (psycopg 3)",
     "pycurl": "HTTP (pycurl)",
     "pymongo": "MongoDB (pymongo)",
     "pymysql": "MySQL (PyMySQL)",

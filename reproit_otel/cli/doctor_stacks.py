@@ -11,8 +11,8 @@ and warns about what it cannot see:
   database must be PostgreSQL (through psycopg 3 when it is installed, which Django then
   picks, else psycopg2; both are recorded);
 * SQLAlchemy: every engine the imported modules created (and every SQLAlchemy URL in the
-  environment) must use the psycopg2 driver; an engine on another driver (pg8000, asyncpg,
-  psycopg 3, a MySQL or SQLite driver) makes every capture that uses it incomplete.
+  environment) must use the psycopg2 or the psycopg (3) driver; an engine on another driver
+  (pg8000, asyncpg, a MySQL or SQLite driver) makes every capture that uses it incomplete.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["stack_findings"]
 
-_RECORDED_DRIVER = "psycopg2"
+_RECORDED_DRIVERS = {"psycopg2": "psycopg2", "psycopg": "psycopg 3"}  # driver name -> label
 # (stack, top-level module, distribution); whether each has its OpenTelemetry
 # instrumentation is doctor_setup.package_findings' part.
 _SERVERS = (
@@ -178,8 +178,8 @@ def _sqlalchemy(env: Mapping[str, str]) -> list[Finding]:
         _finding(
             "ok",
             "stacks",
-            f"SQLAlchemy {version or '?'}: engines on psycopg2 are recorded, with or without "
-            "opentelemetry-instrumentation-sqlalchemy",
+            f"SQLAlchemy {version or '?'}: engines on psycopg2 and psycopg 3 are recorded, with "
+            "or without opentelemetry-instrumentation-sqlalchemy",
         )
     ]
     drivers: dict[str, str] = {}  # where -> driver
@@ -195,8 +195,9 @@ def _sqlalchemy(env: Mapping[str, str]) -> list[Finding]:
         if match:
             drivers[f"{name} ({match['dialect']}+{match['driver']})"] = match["driver"]
     for where, driver in drivers.items():
-        if driver == _RECORDED_DRIVER:
-            found.append(_finding("ok", "stacks", f"SQLAlchemy {where}: psycopg2, recorded"))
+        if driver in _RECORDED_DRIVERS:
+            label = _RECORDED_DRIVERS[driver]
+            found.append(_finding("ok", "stacks", f"SQLAlchemy {where}: {label}, recorded"))
         else:
             found.append(
                 _finding(

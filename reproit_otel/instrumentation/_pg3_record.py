@@ -41,7 +41,15 @@ statement text, the parameters (a tuple of immutable scalars as it is, else enco
 the result object psycopg holds (``PGresult``, which never changes) and a transformer made
 from the cursor's adapters. Rows are loaded from that result and encoded in ``build()``, only
 when the operation may be uploaded; a result of more than 65 rows is loaded at once (65 rows)
-so the recording does not keep a large result alive.
+so the recording does not keep a large result alive. A server-side cursor's rows (from
+several ``FETCH`` results) are loaded when its exchange finishes, as a psycopg2 named
+cursor's are, and encoded in ``build()``. The capture budget counts the bytes a statement
+keeps: the size of each variable-length value of the rows to record, read from the result.
+
+Locks and finalizers: none here. Server-side cursors waiting for their rows are kept per
+connection in a ``weakref.WeakKeyDictionary``, whose callbacks are the standard library's and
+only drop the entry; their exchanges are finished by calls of the application (a fetch,
+``execute``, ``close`` of the cursor or its connection, ``commit``, ``rollback``).
 
 Each exchange belongs to the operation of the OpenTelemetry context current when the
 statement starts; asyncio tasks copy their context, so statements of tasks a request starts
@@ -76,7 +84,14 @@ from reproit_otel.instrumentation._pg_statement import (
 )
 from reproit_otel.wire.bounds import MAX_PG_ROWS
 
-__all__ = ["LIBRARY", "error_response", "install", "is_installed", "uninstall"]
+__all__ = [
+    "LIBRARY",
+    "error_response",
+    "install",
+    "is_installed",
+    "is_recording_connection",
+    "uninstall",
+]
 
 LIBRARY = "psycopg"
 """The library name psycopg 3 exchanges are started with."""
@@ -149,7 +164,7 @@ class _Pg3Statement(_Statement):
                 raw.extend(transformer.load_rows(0, min(room, result.ntuples), tuple))
         if self.rows is not None:  # a server-side cursor: the rows fetched
             self.rows = None
-            self.raw = raw
+            self.raw = raw if description is not None else None
             self.description = description
             self.row_count = max(self.row_count, len(raw))
         else:
@@ -376,6 +391,9 @@ def _settle(cursor: Any) -> None:
         recorder.fail(statement.failure)
         return
     try:
+        # Rows of several FETCH results are loaded here, on the application's thread, so that
+        # build() never shares the transformer between results.
+        statement._load()
         _finish(recorder, statement, _held(statement))
     except Exception as exc:
         recorder.fail(_INTERNAL)
@@ -399,10 +417,15 @@ def _fetch_gen(original: Callable[..., Any]) -> Callable[..., Any]:
                 if entry is not None:
                     statement = entry[1]
                     result = self.pgresult
+                    kept = statement.results
                     if result is not None and result.ntuples:
                         statement.row_count += result.ntuples
-                        if sum(r.ntuples for r in statement.results) < _KEEP:
-                            statement.results.append(result)
+                        if kept is not None:
+                            kept.append(result)
+                            if sum(r.ntuples for r in kept) >= _KEEP:
+                                # Every row to record has arrived: load them now and let go
+                                # of the results (a large FETCH is not kept alive).
+                                statement._load()
                     if num is None or len(rows) < num:
                         _settle(self)
             except Exception as exc:
@@ -435,6 +458,30 @@ def _settling_gen(original: Callable[..., Any], of_connection: bool) -> Callable
         return (yield from original(self, *args))
 
     return _gen
+
+
+def _closing(original: Callable[..., Any], asynchronous: bool) -> Callable[..., Any]:
+    """A connection's ``close``, finishing its server-side cursors' exchanges first."""
+
+    def settle(connection: Any) -> None:
+        try:
+            _settle_all(connection)
+        except Exception as exc:
+            absorb("psycopg.record", exc)
+
+    if asynchronous:
+
+        async def aclose(self: Any) -> Any:
+            settle(self)
+            return await original(self)
+
+        return aclose
+
+    def close(self: Any) -> Any:
+        settle(self)
+        return original(self)
+
+    return close
 
 
 # --------------------------------------------------------------------------- the patches
@@ -576,7 +623,18 @@ def _patches() -> list[tuple[type, str, Callable[[Callable[..., Any]], Callable[
         (mixin, "_close_gen", lambda f: _settling_gen(f, False)),
         (BaseConnection, "_commit_gen", lambda f: _settling_gen(f, True)),
         (BaseConnection, "_rollback_gen", lambda f: _settling_gen(f, True)),
+        (psycopg.Connection, "close", lambda f: _closing(f, False)),
+        (psycopg.AsyncConnection, "close", lambda f: _closing(f, True)),
     ]
+
+
+def is_recording_connection(connection: Any) -> bool:
+    """Whether the recorder records psycopg 3 connection ``connection`` (or the adapter
+    SQLAlchemy's asyncio extension wraps one in)."""
+    if not _active:
+        return False
+    inner = getattr(connection, "driver_connection", connection)
+    return isinstance(inner, (psycopg.Connection, psycopg.AsyncConnection))
 
 
 def is_installed() -> bool:

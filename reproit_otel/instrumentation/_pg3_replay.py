@@ -25,8 +25,9 @@ psycopg2 or psycopg 3 alike. What is psycopg 3 here:
   yours) runs as it does live. Values come back as psycopg 3 returns them for the column's
   type (:func:`~._pg3_values.served_value`).
 * A recorded error is raised as the ``psycopg.errors`` class of its SQLSTATE (else of its
-  recorded class name, else ``psycopg.DatabaseError``), with ``sqlstate`` and the primary
-  message in ``diag``.
+  recorded class name, else ``psycopg.DatabaseError``), with psycopg's message, ``sqlstate``
+  and in ``diag`` the SQLSTATE, the primary message and, from the recorded libpq text
+  (``pgerror``), the severity, detail and hint (other ``diag`` fields are not recorded).
 * ``transaction()`` (nested: savepoints), ``commit``/``rollback``, ``autocommit`` and the
   ``with`` block follow the transaction status a live connection would show
   (``info.transaction_status``, ``pgconn.transaction_status``: what ``psycopg_pool`` reads to
@@ -36,11 +37,16 @@ psycopg2 or psycopg 3 alike. What is psycopg 3 here:
 * ``info`` answers from the DSN and the recorded server parameters (``server_version`` from
   the recorded ``server_version`` parameter, else 15.0; ``timezone`` from ``TimeZone``);
   ``adapters`` is a real ``AdaptersMap``; ``TypeInfo.fetch`` (SQLAlchemy's hstore probe)
-  runs its catalogue query through the stub.
+  runs its catalogue query through the stub; ``psycopg.sql`` objects render with a stub as
+  their context (``as_string(conn)``) as they do without a connection.
+
+A connection's ``cursor_factory`` of the application's or a library's (OpenTelemetry's traced
+cursor, Django's) is rebuilt on the stub cursor (:mod:`._pg_transplant`), so its methods run:
+OpenTelemetry's psycopg instrumentation makes its statement spans in replay, whether it was
+installed before the replay (the replay then serves beneath its ``connect`` wrapper) or after.
 
 Limits: a connection subclass's own methods do not run (the stub replaces the class); a
-``cursor_factory`` (``ClientCursor``, OpenTelemetry's traced cursor) is not used, so statement
-spans of OpenTelemetry's psycopg instrumentation are not produced in replay; a cursor class
+server-side cursor's factory is not used; a cursor class
 instantiated directly on a stub connection (``psycopg.Cursor(conn)``) is refused by psycopg;
 ``copy()``, pipelines' batching, ``notifies`` and large objects are not replayed (``copy()``
 diverges).
@@ -51,6 +57,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import re
+import weakref
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
 from typing import Any
 
@@ -59,6 +66,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 from reproit_otel.instrumentation._pg3_values import decode, encode_params, served_value
 from reproit_otel.instrumentation._pg_common import driver_rowcount, status_message
 from reproit_otel.instrumentation._pg_serve import diverge, serve, set_secret_values
+from reproit_otel.instrumentation._pg_transplant import transplant
 from reproit_otel.instrumentation._pg_values import column_keys
 from reproit_otel.redaction.sql import redact_sql_values
 from reproit_otel.replay.session import active_session
@@ -116,12 +124,37 @@ def rebuild_error(fields: Mapping[str, Any]) -> BaseException:
             cls = found
     if cls is None:
         cls = psycopg.DatabaseError
-    primary = message.split("\n", 1)[0]
-    info: dict[Any, bytes] = {DiagnosticField.MESSAGE_PRIMARY: primary.encode("utf-8")}
+    # psycopg's message is libpq's text without its severity and final newline (psycopg2
+    # keeps the newline); diag holds what libpq's text tells (psycopg2's pgerror).
+    message = message.rstrip("\n")
+    info: dict[Any, bytes] = {
+        DiagnosticField.MESSAGE_PRIMARY: message.split("\n", 1)[0].encode("utf-8")
+    }
     if isinstance(code, str) and code:
         info[DiagnosticField.SQLSTATE] = code.encode("utf-8")
+    pgerror = fields.get("pgerror")
+    if isinstance(pgerror, str):
+        info.update(_diagnostics(pgerror))
     error: BaseException = cls(message, info=info)
     return error
+
+
+def _diagnostics(pgerror: str) -> dict[Any, bytes]:
+    """Severity, detail and hint from libpq's error text (``ERROR:  ...\nDETAIL:  ...``)."""
+    from psycopg.pq import DiagnosticField
+
+    found: dict[Any, bytes] = {}
+    lines = pgerror.split("\n")
+    severity, colon, _ = lines[0].partition(":  ")
+    if colon and severity.isupper():
+        found[DiagnosticField.SEVERITY] = severity.encode("utf-8")
+        found[DiagnosticField.SEVERITY_NONLOCALIZED] = severity.encode("utf-8")
+    fields = {"DETAIL": DiagnosticField.MESSAGE_DETAIL, "HINT": DiagnosticField.MESSAGE_HINT}
+    for line in lines[1:]:
+        label, colon, text = line.partition(":  ")
+        if colon and label in fields:
+            found[fields[label]] = text.encode("utf-8")
+    return found
 
 
 # ---------------------------------------------------------------------------- results
@@ -702,6 +735,39 @@ _CONNECT_KEYWORDS = frozenset(
 )
 
 
+_factory_classes: weakref.WeakKeyDictionary[type, type] = weakref.WeakKeyDictionary()
+
+
+def _factory_on_stub(factory: Any, stub: type[_CursorCore]) -> type[_CursorCore]:
+    """A connection's ``cursor_factory`` rebuilt on ``stub``, so its own methods run (the
+    OpenTelemetry traced cursor's ``execute`` makes its span; Django's cursor its ``callproc``);
+    psycopg's own cursor classes, or a factory that cannot be rebuilt, give the plain stub."""
+    if not isinstance(factory, type):
+        return stub
+    root = next((c for c in factory.__mro__ if c.__module__.partition(".")[0] == "psycopg"), None)
+    if root is None or root is factory:
+        return stub
+    try:
+        rebuilt: type[_CursorCore] = transplant(factory, root, stub, (), _factory_classes)
+    except Exception:  # a factory replay cannot rebuild: its methods do not run
+        return stub
+    return rebuilt
+
+
+class _Pipeline:
+    """What ``pipeline()`` yields: every statement was already answered when it ran."""
+
+    def sync(self) -> None:
+        pass
+
+
+class _AsyncPipeline:
+    """What an async ``pipeline()`` yields."""
+
+    async def sync(self) -> None:
+        pass
+
+
 class _Transaction:
     """What ``transaction()`` yields: psycopg's ``Transaction`` attributes."""
 
@@ -768,9 +834,10 @@ class _ConnectionCore:
 
     def _new_cursor(self, name: str, row_factory: Any, scrollable: Any, withhold: bool) -> Any:
         self._check()
-        return self._cursor_class(
-            self, name, row_factory=row_factory, scrollable=scrollable, withhold=withhold
-        )
+        cls = self._cursor_class
+        if not name and self.cursor_factory is not None:
+            cls = _factory_on_stub(self.cursor_factory, cls)
+        return cls(self, name, row_factory=row_factory, scrollable=scrollable, withhold=withhold)
 
     # -- transaction status (what a live connection would show)
 
@@ -889,7 +956,7 @@ class StubConnection(_ConnectionCore):
     @contextlib.contextmanager
     def pipeline(self) -> Iterator[Any]:
         """Statements in the block are served one by one."""
-        yield self
+        yield _Pipeline()
 
     def set_autocommit(self, value: bool) -> None:
         self.autocommit = value
@@ -991,7 +1058,7 @@ class AsyncStubConnection(_ConnectionCore):
     @contextlib.asynccontextmanager
     async def pipeline(self) -> AsyncIterator[Any]:
         """Statements in the block are served one by one."""
-        yield self
+        yield _AsyncPipeline()
 
     async def set_autocommit(self, value: bool) -> None:
         self.autocommit = value
@@ -1054,13 +1121,13 @@ class PsycopgReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """Serve every psycopg 3 connection from the active replay session (see the module doc).
 
     ``instrument()`` patches ``psycopg.connect``, ``Connection.connect``,
-    ``AsyncConnection.connect`` and ``TypeInfo.fetch``; ``uninstrument()`` restores every
-    original exactly.
+    ``AsyncConnection.connect``, ``TypeInfo.fetch`` and the ``psycopg.sql`` renderers;
+    ``uninstrument()`` restores every original exactly.
     ``instrument(secret_values=(...))`` names the values to scrub from live statements before
     matching (default: the configured ``REPROIT_SECRET_VALUES``).
     """
 
-    _patches: list[tuple[Any, str, Any]]
+    _patches: list[tuple[Any, str, Any, Any]]
 
     def instrumentation_dependencies(self) -> Collection[str]:
         # psycopg ships with "psycopg-binary" or "psycopg-c"; the import is the real check.
@@ -1085,11 +1152,20 @@ class PsycopgReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             return AsyncStubConnection(conninfo, **options)
 
         def module_connect(conninfo: Any = "", **options: Any) -> Any:
-            return psycopg.Connection.connect(conninfo, **options)
+            # Not through Connection.connect: a wrapper there must not run twice, as live.
+            return StubConnection(conninfo, **options)
 
         self._patch(psycopg.Connection, "connect", classmethod(_marked(connect)))
         self._patch(psycopg.AsyncConnection, "connect", classmethod(_marked(connect_async)))
         self._patch(psycopg, "connect", _marked(module_connect))
+
+        from psycopg import sql
+
+        renderers = (sql.Composable, sql.Composed, sql.SQL, sql.Identifier, sql.Literal)
+        for owner in (*renderers, sql.Placeholder):
+            for method in ("as_bytes", "as_string"):
+                if method in owner.__dict__:
+                    self._patch(owner, method, _without_stub(owner.__dict__[method]))
 
         original_fetch = TypeInfo.__dict__["fetch"].__func__
 
@@ -1101,15 +1177,47 @@ class PsycopgReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         self._patch(TypeInfo, "fetch", classmethod(_marked(fetch)))
 
     def _patch(self, owner: Any, name: str, replacement: Any) -> None:
-        self._patches.append(
-            (owner, name, owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name))
-        )
+        current = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+        if _is_wrapper(current):
+            # OpenTelemetry's psycopg instrumentation wrapped it first: serve beneath its
+            # wrapper, so its connection handling (the traced cursor factory) still runs.
+            original = current.__wrapped__
+            current.__wrapped__ = replacement
+            self._patches.append((owner, name, original, current))
+            return
+        self._patches.append((owner, name, current, None))
         setattr(owner, name, replacement)
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        for owner, name, original in reversed(getattr(self, "_patches", [])):
-            setattr(owner, name, original)
+        for owner, name, original, wrapper in reversed(getattr(self, "_patches", [])):
+            if wrapper is not None:
+                wrapper.__wrapped__ = original
+            present = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name)
+            if wrapper is None or present is not wrapper:
+                # Ours, or the wrapper was removed first and left ours (or ours bound) there.
+                setattr(owner, name, original)
         self._patches = []
+
+
+def _is_wrapper(value: Any) -> bool:
+    """A ``wrapt`` function wrapper (what OpenTelemetry instrumentations install)."""
+    try:
+        import wrapt
+    except ImportError:
+        return False
+    return isinstance(value, wrapt.FunctionWrapper)
+
+
+def _without_stub(method: Any) -> Any:
+    """A ``psycopg.sql`` rendering method that renders for a stub as without a connection
+    (psycopg would read the stub's libpq connection to escape identifiers and literals)."""
+
+    def render(self: Any, context: Any = None) -> Any:
+        if isinstance(context, (_ConnectionCore, _CursorCore)):
+            context = None
+        return method(self, context)
+
+    return _marked(render)
 
 
 def _fetch_type_info(cls: Any, conn: _ConnectionCore, name: Any) -> Any:

@@ -1,10 +1,12 @@
-"""Rebuilding an application's psycopg2 class on a pure Python stand-in, for replay.
+"""Rebuilding an application's psycopg2 (or psycopg 3) class on a pure Python stand-in.
 
 psycopg2's ``cursor`` and ``connection`` are C types that replay cannot instantiate without a
 server. :func:`transplant` copies every Python class of an application's factory hierarchy
 (``RealDictCursor``, ``LoggingConnection``, OpenTelemetry's traced cursor, yours) with the C base
 replaced by a stub class, so the application's own methods run on top of the stub. The copy
-poses as the class it stands in for (``isinstance`` holds as it did live).
+poses as the class it stands in for (``isinstance`` holds as it did live). psycopg 3 replay
+uses it for a connection's ``cursor_factory`` (OpenTelemetry's traced cursor, Django's), with
+psycopg's own cursor class as the root.
 """
 
 from __future__ import annotations
@@ -12,8 +14,6 @@ from __future__ import annotations
 import types
 import weakref
 from typing import Any
-
-import psycopg2
 
 __all__ = ["transplant"]
 
@@ -42,6 +42,8 @@ def transplant(
     if isinstance(cls, type) and issubclass(cls, stub):
         return cls
     if not isinstance(cls, type) or not issubclass(cls, root):
+        import psycopg2
+
         raise psycopg2.ProgrammingError(
             f"reproit replay cannot serve the factory {cls!r}: only subclasses of "
             f"psycopg2.extensions.{root.__name__} can be replayed"
@@ -50,6 +52,8 @@ def transplant(
     if cached is not None:
         return cached
     if not cls.__flags__ & (1 << 9):
+        import psycopg2
+
         raise psycopg2.ProgrammingError(
             f"reproit replay cannot serve {cls.__module__}.{cls.__qualname__}: a C type "
             "other than the base cursor/connection (replication?) is not replayable"
@@ -84,18 +88,18 @@ def _posing_as(cls: type) -> property:
     return property(lambda self: cls, doc="The psycopg2 class this stand-in replays.")
 
 
-_plain_classes: dict[type, type] = {}
+_plain_classes: dict[tuple[type, type], type] = {}
 
 
 def _plain(stub: type, root: type) -> type:
-    found = _plain_classes.get(stub)
+    found = _plain_classes.get((stub, root))
     if found is None:
         namespace = {
             "__module__": root.__module__,
             "__qualname__": root.__qualname__,
             "__class__": _posing_as(root),
         }
-        found = _plain_classes[stub] = type(root.__name__, (stub,), namespace)
+        found = _plain_classes[stub, root] = type(root.__name__, (stub,), namespace)
     return found
 
 

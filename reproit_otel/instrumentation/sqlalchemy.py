@@ -1,20 +1,18 @@
 """SQLAlchemy: keep ``effectsComplete`` honest for engines, with no code change.
 
 SQLAlchemy talks to PostgreSQL through a DB-API driver; reproit-otel records the driver
-(psycopg2, ``instrumentation/psycopg2.py``; psycopg 3, ``instrumentation/psycopg.py``, under
-``postgresql+psycopg://`` engines, sync and asyncio), so every statement an engine runs, the pool's
-pre-ping and the dialect's first-connect introspection included, is a recorded ``pg``
-exchange. What this module adds is the link between SQLAlchemy and that recording, for
-SQLAlchemy 2.0 and 2.1, with or without ``opentelemetry-instrumentation-sqlalchemy``:
+(psycopg2, ``instrumentation/psycopg2.py``; psycopg 3, ``instrumentation/psycopg.py``), so
+every statement an engine runs, the pool's pre-ping and the dialect's first-connect
+introspection included, is a recorded ``pg`` exchange. What this module adds is the link
+between SQLAlchemy and that recording, for SQLAlchemy 2.0 and 2.1, with or without
+``opentelemetry-instrumentation-sqlalchemy``:
 
 * a pool ``checkout`` listener (class-level on ``sqlalchemy.pool.Pool``, so every engine has
-  it, made before or after :func:`install_recorder`): a connection a recorder records (a
-  psycopg2 one, or a psycopg 3 one while the psycopg 3 recorder is installed; an asyncio
-  engine's adapted connection counts by the driver connection it holds) covers the
-  instrumentation's ``connect`` span (a checkout from a warm pool does no I/O, so there is
-  nothing else to record); a connection of any other driver (pg8000, asyncpg,
-  mysqlclient...) makes the operation incomplete, with the driver named in the reason,
-  instead of letting its unrecorded statements pass for a complete capture;
+  it, made before or after :func:`install_recorder`): a connection the psycopg2 or psycopg 3
+  recorder records covers the instrumentation's ``connect`` span (a checkout from a warm pool
+  does no I/O, so there is nothing else to record); a connection of any other driver (pg8000,
+  asyncpg, mysqlclient...) makes the operation incomplete, with the driver named
+  in the reason, instead of letting its unrecorded statements pass for a complete capture;
 * the instrumentation's statement spans are covered by the driver's exchange that runs beside
   them (``operation.py``: those spans are never made current, so the driver call is their
   sibling, not their child); with another driver they stay uncovered.
@@ -36,30 +34,23 @@ __all__ = ["install_recorder", "uninstall_recorder"]
 _installed = False
 
 
-def _driver_connection(dbapi_connection: Any) -> Any:
-    """The driver's own connection: an asyncio engine's pool holds an adapter around it."""
-    inner = getattr(dbapi_connection, "driver_connection", None)
-    return dbapi_connection if inner is None else inner
-
-
 def _recorded(dbapi_connection: Any) -> bool:
-    """Whether a recorder records ``dbapi_connection`` (psycopg2, or psycopg 3)."""
-    module = sys.modules.get("reproit_otel.instrumentation._pg_record")
-    if module is not None and bool(module.is_recording_connection(dbapi_connection)):
-        return True
-    # The psycopg 3 recorder patches psycopg's own cursor classes: while it is installed,
-    # every psycopg connection is recorded. Looked up, never imported: neither module is
-    # loaded by an application that does not use psycopg 3.
-    recorder = sys.modules.get("reproit_otel.instrumentation._pg3_record")
-    psycopg = sys.modules.get("psycopg")
-    if recorder is None or psycopg is None or not recorder.is_installed():
-        return False
-    connection = _driver_connection(dbapi_connection)
-    return isinstance(connection, (psycopg.Connection, psycopg.AsyncConnection))
+    """Whether the psycopg2 or the psycopg 3 recorder records ``dbapi_connection``."""
+    for name in _RECORDERS:
+        module = sys.modules.get(name)
+        if module is not None and module.is_recording_connection(dbapi_connection):
+            return True
+    return False
+
+
+_RECORDERS = (
+    "reproit_otel.instrumentation._pg_record",
+    "reproit_otel.instrumentation._pg3_record",
+)
 
 
 def _driver(dbapi_connection: Any) -> str:
-    module = type(_driver_connection(dbapi_connection)).__module__ or "unknown"
+    module = type(dbapi_connection).__module__ or "unknown"
     return module.partition(".")[0]
 
 
@@ -72,7 +63,7 @@ def _checkout(dbapi_connection: Any, connection_record: Any, connection_proxy: A
         else:
             recording.mark_incomplete(
                 f"sqlalchemy: a {_driver(dbapi_connection)} connection (reproit-otel records "
-                "the psycopg2 and psycopg 3 drivers only)"
+                "the psycopg2 and psycopg drivers only)"
             )
 
 

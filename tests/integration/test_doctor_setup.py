@@ -159,6 +159,25 @@ def test_httpx_is_a_recorded_client_whose_instrumentation_is_checked(tmp_path: P
     ]
 
 
+def test_psycopg3_is_a_recorded_driver_whose_instrumentation_is_checked(tmp_path: Path) -> None:
+    (tmp_path / "app.py").write_text("import psycopg\n", encoding="utf-8")
+    code, findings = _doctor(tmp_path, _env(tmp_path), "--import", "app")
+    assert (code, _problems(findings)) == (0, [])
+    off = _env(tmp_path, OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="psycopg")
+    code, findings = _doctor(tmp_path, off, "--import", "app")
+    assert code == 1
+    assert _problems(findings) == [
+        (
+            "error",
+            "instrumented",
+            "psycopg 3 is used but its OpenTelemetry instrumentation is not active "
+            "(OTEL_PYTHON_DISABLED_INSTRUMENTATIONS switches it off): its calls make no span, "
+            "so captures cannot tell whether they are complete; "
+            "fix: unset OTEL_PYTHON_DISABLED_INSTRUMENTATIONS",
+        )
+    ]
+
+
 def _site_without(tmp_path: Path, prefix: str) -> Path:
     """Every installed package but the distributions whose folder starts with ``prefix``."""
     site = tmp_path / "throwaway-site"

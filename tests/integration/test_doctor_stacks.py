@@ -87,6 +87,7 @@ def test_sqlalchemy_engines_on_drivers_it_does_not_record_are_warned_about(
     (tmp_path / "engines.py").write_text(
         "import sqlalchemy\n\n"
         "main = sqlalchemy.create_engine('postgresql+psycopg2://app@db.internal/shop')\n"
+        "modern = sqlalchemy.create_engine('postgresql+psycopg://app@db.internal/shop')\n"
         "cache = sqlalchemy.create_engine('sqlite:///cache.db')\n",
         encoding="utf-8",
     )
@@ -96,10 +97,12 @@ def test_sqlalchemy_engines_on_drivers_it_does_not_record_are_warned_about(
     assert code == 0
     version = lines[0].split()[3].rstrip(":")
     assert lines == [
-        f"ok       stacks        SQLAlchemy {version}: engines on psycopg2 are recorded, with or "
-        "without opentelemetry-instrumentation-sqlalchemy",
+        f"ok       stacks        SQLAlchemy {version}: engines on psycopg2 and psycopg 3 are "
+        "recorded, with or without opentelemetry-instrumentation-sqlalchemy",
         "ok       stacks        SQLAlchemy engine postgresql+psycopg2://app@db.internal/shop: "
         "psycopg2, recorded",
+        "ok       stacks        SQLAlchemy engine postgresql+psycopg://app@db.internal/shop: "
+        "psycopg 3, recorded",
         "warning  stacks        SQLAlchemy engine sqlite:///cache.db uses the pysqlite driver, "
         "which reproit-otel does not record: every capture that uses it is incomplete (never "
         "uploaded); fix: use postgresql+psycopg2:// for PostgreSQL",

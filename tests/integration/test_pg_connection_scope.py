@@ -7,6 +7,7 @@ pinged, set up and used before the request) or a cold one (opened inside the req
 the replay boots warm (a warm-up query before the request, in the before-request window) or
 cold. In every combination the replay answers the request exactly as recorded, consumes every
 recorded data statement, and never diverges; a real change of a parameter still diverges.
+SQLAlchemy runs on psycopg2; Django on psycopg 3, which it picks when it is installed.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from opentelemetry.trace import SpanKind
 from reproit_otel.capture.processor import ReproitSpanProcessor
 from reproit_otel.config import read_config
 from reproit_otel.errors import DivergedError
+from reproit_otel.instrumentation import psycopg as pg3_recorder
+from reproit_otel.instrumentation._pg3_replay import PsycopgReplayInstrumentor
 from reproit_otel.instrumentation.psycopg2 import (
     Psycopg2ReplayInstrumentor,
     install_recorder,
@@ -64,6 +67,7 @@ def record(dsn: str, factory: AppFactory, warm: bool) -> tuple[Any, dict[str, An
     provider.add_span_processor(processor)
     tracer = provider.get_tracer("tests")
     install_recorder()
+    pg3_recorder.install_recorder()  # Django picks psycopg 3 when it is installed
     try:
         app = factory(_connect_to(dsn), warm, False)
         try:
@@ -74,6 +78,7 @@ def record(dsn: str, factory: AppFactory, warm: bool) -> tuple[Any, dict[str, An
             app.close()
         [trace] = sink.wait_for(1)
     finally:
+        pg3_recorder.uninstall_recorder()
         uninstall_recorder()
         provider.shutdown()
     capsule = {
@@ -88,11 +93,13 @@ def record(dsn: str, factory: AppFactory, warm: bool) -> tuple[Any, dict[str, An
 def replay(
     capsule: dict[str, Any], factory: AppFactory, warm: bool, changed: bool = False
 ) -> tuple[Any, ReplaySession]:
-    """Run the app with psycopg2 served from ``capsule``; boot calls before the request."""
+    """Run the app with psycopg2 and psycopg 3 served from ``capsule``; boot calls before the
+    request."""
     session = ReplaySession(capsule)
     session.usage.await_request()
     activate(session)
     Psycopg2ReplayInstrumentor().instrument()
+    PsycopgReplayInstrumentor().instrument()
     try:
         app = factory(_connect_to(closed_port_dsn()), warm, changed)
         try:
@@ -102,6 +109,7 @@ def replay(
         finally:
             app.close()
     finally:
+        PsycopgReplayInstrumentor().uninstrument()
         Psycopg2ReplayInstrumentor().uninstrument()
         deactivate()
     return result, session
@@ -460,6 +468,7 @@ def test_a_recorded_select_one_is_not_answered_twice() -> None:
     session = ReplaySession(capsule)
     activate(session)
     Psycopg2ReplayInstrumentor().instrument()
+    PsycopgReplayInstrumentor().instrument()
     try:
         connection = psycopg2.connect(closed_port_dsn())
         with connection.cursor() as cursor:
@@ -469,6 +478,7 @@ def test_a_recorded_select_one_is_not_answered_twice() -> None:
                 answers.append(cursor.fetchall())
         connection.close()
     finally:
+        PsycopgReplayInstrumentor().uninstrument()
         Psycopg2ReplayInstrumentor().uninstrument()
         deactivate()
     # Both recorded exchanges in order; the third call has no recorded counterpart left, so

@@ -653,3 +653,19 @@ def test_rows_are_read_for_the_recording_only_when_the_operation_may_be_uploaded
         [exchange] = [e["exchange"] for e in trace.events if e["kind"] == "effect"]
         assert (sink.healthy, CountingLoader.loaded) == (1, 30)
     assert exchange["response"]["rows"] == [{"n": n} for n in range(1, 11)]
+
+
+def test_closing_the_connection_finishes_a_server_side_cursors_exchange(dsn: str) -> None:
+    async def app(dsn: str) -> Any:
+        conn = await psycopg.AsyncConnection.connect(dsn)
+        cur = conn.cursor(name="left-open")
+        await cur.execute("SELECT id FROM orders ORDER BY id")
+        first = await cur.fetchone()
+        await conn.close()
+        return first
+
+    recorded = record(dsn, app)
+    assert recorded.result == (1,)
+    [exchange] = recorded.exchanges
+    assert (exchange["response"]["rowCount"], exchange["response"]["rows"]) == (1, [{"id": 1}])
+    assert recorded.returned["effectsComplete"] is True

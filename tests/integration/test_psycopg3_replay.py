@@ -20,7 +20,7 @@ from psycopg.rows import class_row, dict_row, namedtuple_row
 
 from reproit_otel.errors import DivergedError
 from reproit_otel.instrumentation._pg3_replay import PsycopgReplayInstrumentor
-from reproit_otel.replay.session import activate, deactivate
+from reproit_otel.replay.session import activate, active_session, deactivate
 from reproit_otel.wire.replay import ReplaySession
 from tests.integration.pg_support import closed_port_dsn, record, seen
 
@@ -106,7 +106,17 @@ def _run(conn: Any, statements: Statements, row_factory: Any = None) -> list[Any
 
 
 def _error(error: psycopg.Error) -> tuple[Any, ...]:
-    return (type(error), error.sqlstate, error.diag.sqlstate, error.diag.message_primary)
+    diag = error.diag
+    return (
+        type(error),
+        error.sqlstate,
+        diag.sqlstate,
+        diag.message_primary,
+        str(error),
+        diag.severity,
+        diag.message_detail,
+        diag.message_hint,
+    )
 
 
 def _live_and_replayed(dsn: str, statements: Statements, **options: Any) -> tuple[Any, Any]:
@@ -177,16 +187,25 @@ def test_writes_errors_and_statuses_match_the_live_run(postgres_dsn: str) -> Non
         ("DELETE FROM notes WHERE body = %s", ("c",)),
         ("INSERT INTO notes (body) VALUES (%s)", ("a!",)),
         ("SELECT 1/0", None),
+        ("SELECT no_such_function(1)", None),
     ]
     live, replayed = _live_and_replayed(postgres_dsn, statements)
     assert replayed == live
+    primary = 'duplicate key value violates unique constraint "notes_body_key"'
+    detail = "Key (body)=(a!) already exists."
     assert live[4] == (
         psycopg.errors.UniqueViolation,
         "23505",
         "23505",
-        'duplicate key value violates unique constraint "notes_body_key"',
+        primary,
+        f"{primary}\nDETAIL:  {detail}",
+        "ERROR",
+        detail,
+        None,
     )
     assert live[5][:2] == (psycopg.errors.DivisionByZero, "22012")
+    assert live[6][:2] == (psycopg.errors.UndefinedFunction, "42883")
+    assert live[6][7] is not None and live[6][7].startswith("No function matches")
     assert [entry["status"] for entry in live[1:4]] == [
         "INSERT 0 2",
         "UPDATE 2",
@@ -344,25 +363,26 @@ def test_replay_never_opens_a_connection(postgres_dsn: str) -> None:
 
 
 def test_uninstrument_restores_every_original() -> None:
+    from psycopg import sql
     from psycopg.types import TypeInfo
 
-    before = (
-        psycopg.connect,
-        psycopg.Connection.__dict__["connect"],
-        psycopg.AsyncConnection.__dict__["connect"],
-        TypeInfo.__dict__["fetch"],
-    )
+    def originals() -> tuple[Any, ...]:
+        return (
+            psycopg.connect,
+            psycopg.Connection.__dict__["connect"],
+            psycopg.AsyncConnection.__dict__["connect"],
+            TypeInfo.__dict__["fetch"],
+            sql.Composable.__dict__["as_string"],
+            sql.Identifier.__dict__["as_bytes"],
+            sql.Literal.__dict__["as_bytes"],
+        )
+
+    before = originals()
     instrumentor = PsycopgReplayInstrumentor()
     instrumentor.instrument()
     assert psycopg.connect is not before[0]
     instrumentor.uninstrument()
-    after = (
-        psycopg.connect,
-        psycopg.Connection.__dict__["connect"],
-        psycopg.AsyncConnection.__dict__["connect"],
-        TypeInfo.__dict__["fetch"],
-    )
-    assert after == before
+    assert originals() == before
 
 
 CROSS = (
@@ -412,3 +432,209 @@ def test_a_capsule_recorded_with_psycopg3_replays_under_psycopg2(postgres_dsn: s
         "memoryview", "list", "Decimal", "datetime", "dict", "NumericRange", "NumericRange",
         "DateRange", "DateTimeRange", "DateTimeTZRange", "NumericRange",
     ]  # fmt: skip
+
+
+def _spans_of(dsn: str, otel_first: bool, capsule: dict[str, Any] | None) -> list[Any]:
+    """The spans OpenTelemetry's psycopg instrumentation makes for one sync and one async
+    statement, live (``capsule`` None) or replayed, installed before or after the replay."""
+    from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    otel = PsycopgInstrumentor()
+
+    async def async_call() -> Any:
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            return await (await conn.execute(ITEMS, {"lo": 2})).fetchall()
+
+    def calls() -> Any:
+        with psycopg.connect(dsn) as conn:
+            first = conn.execute(ITEMS, {"lo": 1}).fetchall()
+        return first, asyncio.run(async_call())
+
+    if otel_first:
+        otel.instrument(tracer_provider=provider, skip_dep_check=True)
+    try:
+        if capsule is None:
+            if not otel_first:
+                otel.instrument(tracer_provider=provider, skip_dep_check=True)
+            results = calls()
+        else:
+            with replaying(capsule):
+                if not otel_first:
+                    otel.instrument(tracer_provider=provider, skip_dep_check=True)
+                results = calls()
+    finally:
+        otel.uninstrument()
+    assert results == ([(1, "pen"), (2, "ink")], [(2, "ink")])
+    return [
+        (span.name, span.attributes.get("db.statement"), span.attributes.get("db.system"))
+        for span in exporter.get_finished_spans()
+    ]
+
+
+@pytest.fixture
+def psycopg_connects() -> Iterator[None]:
+    """Put psycopg's own ``connect`` back: OpenTelemetry's ``uninstrument`` leaves a bound
+    method on the class (a subclass's ``connect`` would then make a plain ``Connection``)."""
+    saved = (
+        psycopg.connect,
+        psycopg.Connection.__dict__["connect"],
+        psycopg.AsyncConnection.__dict__["connect"],
+    )
+    yield
+    psycopg.connect = saved[0]
+    psycopg.Connection.connect = saved[1]  # type: ignore[method-assign]
+    psycopg.AsyncConnection.connect = saved[2]  # type: ignore[method-assign]
+
+
+@pytest.mark.usefixtures("psycopg_connects")
+@pytest.mark.parametrize("otel_first", [True, False], ids=["otel-first", "replay-first"])
+def test_opentelemetry_statement_spans_are_made_in_replay(
+    postgres_dsn: str, otel_first: bool
+) -> None:
+    capsule = _record(postgres_dsn, [(ITEMS, {"lo": 1}), (ITEMS, {"lo": 2})])
+    live = _spans_of(postgres_dsn, otel_first, None)
+    replayed = _spans_of(closed_port_dsn(), otel_first, capsule)
+    assert replayed == live
+    assert [span[0] for span in live] == ["SELECT", "SELECT"]
+
+
+def _composed(sql: Any) -> Any:
+    return sql.SQL("SELECT {}, {} FROM (VALUES (1, 'pen')) AS {} WHERE {} = %s").format(
+        sql.Identifier("t", "id"),
+        sql.Literal("o'k"),
+        sql.SQL("t ({})").format(sql.SQL(", ").join([sql.Identifier("id"), sql.Identifier("n")])),
+        sql.Identifier("n"),
+    )
+
+
+def test_psycopg_sql_compositions_render_on_a_stub_as_live(postgres_dsn: str) -> None:
+    from psycopg import sql as sql3
+    from psycopg2 import sql as sql2
+
+    def app(connect: Callable[..., Any]) -> Any:
+        with connect().cursor() as cur:
+            cur.execute(_composed(sql2), ("pen",))
+            return cur.fetchall()
+
+    capsule = record(postgres_dsn, app, otel=False).capsule()
+
+    def run(conn: psycopg.Connection[Any]) -> Any:
+        with conn:
+            text = _composed(sql3).as_string(conn)
+            with conn.cursor() as cur:
+                return text, cur.execute(_composed(sql3), ("pen",)).fetchall()
+
+    live = run(psycopg.connect(postgres_dsn))
+    with replaying(capsule) as session:
+        replayed = run(psycopg.connect(closed_port_dsn()))
+    assert replayed == live
+    assert live[0] == (
+        'SELECT "t"."id", \'o\'\'k\' FROM (VALUES (1, \'pen\')) AS t ("id", "n") WHERE "n" = %s'
+    )
+    assert session.usage.report()["unused"] == 0
+
+
+def test_install_replay_serves_psycopg3_and_uninstall_restores_it(
+    postgres_dsn: str, tmp_path: Any
+) -> None:
+    """The replay setup (``REPROIT_REPLAY``) installs the psycopg 3 replay beside psycopg2's."""
+    import json
+
+    from reproit_otel.instrumentation._pg3_replay import AsyncStubConnection, StubConnection
+    from reproit_otel.replay import install_replay, uninstall_replay
+
+    capsule = _record(postgres_dsn, [(ITEMS, {"lo": 1})] * 2)
+    path = tmp_path / "capsule.json"
+    path.write_text(json.dumps({**capsule, "operation": "GET /orders"}), encoding="utf-8")
+    connect = psycopg.connect
+
+    async def async_call() -> Any:
+        conn = await psycopg.AsyncConnection.connect(closed_port_dsn())
+        assert isinstance(conn, AsyncStubConnection)
+        return await (await conn.execute(ITEMS, {"lo": 1})).fetchall()
+
+    install_replay(path)
+    try:
+        conn = psycopg.connect(closed_port_dsn())
+        assert isinstance(conn, StubConnection)
+        assert conn.execute(ITEMS, {"lo": 1}).fetchall() == [(1, "pen"), (2, "ink")]
+        assert asyncio.run(async_call()) == [(1, "pen"), (2, "ink")]
+        session = active_session()
+        assert session is not None and session.usage.report()["unused"] == 0
+    finally:
+        uninstall_replay()
+    assert psycopg.connect is connect
+
+
+def test_copy_diverges_and_a_pipeline_is_served_statement_by_statement(
+    postgres_dsn: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    capsule = _record(postgres_dsn, [(ITEMS, {"lo": 1})])
+    capfd.readouterr()
+    with replaying(capsule) as session, psycopg.connect(closed_port_dsn()) as conn:
+        with conn.pipeline() as pipeline:
+            cur = conn.execute(ITEMS, {"lo": 1})
+            pipeline.sync()
+            assert cur.fetchall() == [(1, "pen"), (2, "ink")]
+        with pytest.raises(DivergedError) as raised:
+            conn.cursor().copy("COPY things FROM STDIN")
+    line = (
+        'REPROIT:DIVERGENCE {"protocol":"pg","got":{"text":"COPY things FROM STDIN"},'
+        '"expected":null,"consumed":1,"total":1}'
+    )
+    assert (str(raised.value), raised.value.line) == (
+        "reproit: psycopg COPY cannot be replayed",
+        line,
+    )
+    assert capfd.readouterr().err == line + "\n"
+    assert session.usage.report()["unused"] == 0
+
+
+REPLAY_WITHOUT_PSYCOPG2 = """
+import json, sys
+sys.modules["psycopg2"] = None  # an application with psycopg 3 alone
+import psycopg
+from psycopg.rows import dict_row
+from reproit_otel.instrumentation._pg3_replay import PsycopgReplayInstrumentor
+from reproit_otel.replay.session import activate
+from reproit_otel.wire.replay import ReplaySession
+
+activate(ReplaySession(json.load(open(sys.argv[1]))))
+PsycopgReplayInstrumentor().instrument()
+with psycopg.connect(sys.argv[2], row_factory=dict_row) as conn:
+    rows = conn.execute(sys.argv[3], {"lo": 1}).fetchall()
+    try:
+        conn.execute("SELECT 1/0")
+    except psycopg.errors.DivisionByZero as error:
+        failure = [type(error).__name__, error.sqlstate]
+print(json.dumps({"rows": rows, "failure": failure, "psycopg2": sys.modules["psycopg2"]}))
+"""
+
+
+def test_psycopg3_replay_needs_no_psycopg2(postgres_dsn: str, tmp_path: Any) -> None:
+    import json
+    import subprocess
+    import sys
+
+    capsule = _record(postgres_dsn, [(ITEMS, {"lo": 1}), ("SELECT 1/0", None)])
+    path = tmp_path / "capsule.json"
+    path.write_text(json.dumps(capsule), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-c", REPLAY_WITHOUT_PSYCOPG2, str(path), closed_port_dsn(), ITEMS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "rows": [{"id": 1, "name": "pen"}, {"id": 2, "name": "ink"}],
+        "failure": ["DivisionByZero", "22012"],
+        "psycopg2": None,
+    }

@@ -1,7 +1,7 @@
 """SQLAlchemy engines keep ``effectsComplete`` honest, with and without its instrumentation.
 
 A real Flask app behind a real WSGI server runs its requests through a SQLAlchemy engine on
-the real PostgreSQL of the test session (psycopg2, recorded) or on SQLite (a driver
+the real PostgreSQL of the test session (psycopg2 or psycopg 3, recorded) or on SQLite (a driver
 reproit-otel does not record). OpenTelemetry's SQLAlchemy instrumentation is on or off, and so
 are its psycopg2 instrumentation and the pool's pre-ping. With psycopg2 a failing request is
 complete (the ``connect`` and statement spans are covered by the recorded exchanges under or
@@ -21,10 +21,12 @@ import pytest
 import sqlalchemy
 from flask import Flask, jsonify
 from opentelemetry.instrumentation.flask import FlaskInstrumentor
+from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
 from opentelemetry.instrumentation.psycopg2 import Psycopg2Instrumentor
 from opentelemetry.instrumentation.sqlalchemy import SQLAlchemyInstrumentor
 from sqlalchemy import text
 
+from reproit_otel.instrumentation import psycopg as pg3_recorder
 from reproit_otel.instrumentation import psycopg2 as pg_recorder
 from reproit_otel.instrumentation import sqlalchemy as sqlalchemy_hook
 from reproit_otel.wire.trace import BackendTrace
@@ -69,6 +71,7 @@ def make_app(engine: sqlalchemy.engine.Engine) -> Flask:
 class Served:
     active: Pipeline
     server: ServedWSGI
+    driver: str = ""
 
     def failing_trace(self, healthy: int) -> BackendTrace:
         for number in range(healthy):
@@ -84,9 +87,11 @@ class Served:
 def serve(url: str, setup: Setup, **engine_options: Any) -> Iterator[Served]:
     with pipeline() as active:
         pg_recorder.install_recorder()
+        pg3_recorder.install_recorder()
         sqlalchemy_hook.install_recorder()
-        if setup.psycopg2_spans:
+        if setup.psycopg2_spans:  # the driver's own spans, psycopg2 or psycopg 3
             Psycopg2Instrumentor().instrument(tracer_provider=active.provider)
+            PsycopgInstrumentor().instrument(tracer_provider=active.provider)
         if setup.sqlalchemy_spans:
             SQLAlchemyInstrumentor().instrument(
                 tracer_provider=active.provider, skip_dep_check=True
@@ -105,7 +110,9 @@ def serve(url: str, setup: Setup, **engine_options: Any) -> Iterator[Served]:
                 SQLAlchemyInstrumentor().uninstrument()
             if setup.psycopg2_spans:
                 Psycopg2Instrumentor().uninstrument()
+                PsycopgInstrumentor().uninstrument()
             sqlalchemy_hook.uninstall_recorder()
+            pg3_recorder.uninstall_recorder()
             pg_recorder.uninstall_recorder()
 
 
@@ -122,10 +129,14 @@ def setup(request: pytest.FixtureRequest) -> Setup:
     return SETUPS[request.param]
 
 
-@pytest.fixture
-def on_postgres(postgres_dsn: str, setup: Setup) -> Iterator[Served]:
-    url = "postgresql+psycopg2://" + postgres_dsn.removeprefix("postgresql://")
-    yield from serve(url, setup)
+@pytest.fixture(params=["psycopg2", "psycopg"])
+def on_postgres(
+    request: pytest.FixtureRequest, postgres_dsn: str, setup: Setup
+) -> Iterator[Served]:
+    url = f"postgresql+{request.param}://" + postgres_dsn.removeprefix("postgresql://")
+    for served in serve(url, setup):
+        served.driver = request.param
+        yield served
 
 
 @pytest.fixture
@@ -152,7 +163,8 @@ def test_a_warm_failure_on_psycopg2_is_complete(on_postgres: Served, setup: Setu
     trace = on_postgres.failing_trace(healthy=3)
     returned = trace.events[-1]
     assert (returned["status"], returned["effectsComplete"]) == (500, True)
-    ping = ["SELECT 1"] if setup.pre_ping else []
+    # SQLAlchemy's pre-ping: "SELECT 1" on psycopg2, the empty statement ";" on psycopg 3.
+    ping = [{"psycopg2": "SELECT 1", "psycopg": ";"}[on_postgres.driver]] if setup.pre_ping else []
     assert pg_texts(trace) == [*ping, STATEMENT]
     assert on_postgres.active.processor.stats()["incomplete_reasons"] == {}
 
@@ -164,7 +176,7 @@ def test_an_engine_on_an_unrecorded_driver_is_incomplete(on_sqlite: Served, setu
     assert pg_texts(trace) == []
     reasons = on_sqlite.active.processor.stats()["incomplete_reasons"]
     expected = {
-        "sqlalchemy: a sqlite3 connection (reproit-otel records the psycopg2 and psycopg 3 "
+        "sqlalchemy: a sqlite3 connection (reproit-otel records the psycopg2 and psycopg "
         "drivers only)": 2
     }
     if setup.sqlalchemy_spans:
