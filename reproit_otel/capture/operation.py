@@ -39,7 +39,8 @@ its ``return`` event is pushed, so that an exchange that turns out to be unrecor
 makes ``effectsComplete`` false; a sink that reads events on the request thread (the debug
 dump) opens it there. An agent oracle marker opens the trace when it is pushed; an exchange
 handed over already built (an invoke boundary's) waits in the record like a deferred one,
-its build giving it back. Scan-time operations open their trace at once and build everything as it comes.
+its build giving it back. Scan-time operations open their trace at once and build everything
+as it comes.
 While heavy capture is on, what a capture holds is bounded as it is recorded: once the
 exchanges kept reach the capture budget (``REPROIT_CAPTURE_BUDGET``, by the bytes each
 recorder says it keeps), later ones are settled but not kept, only counted
