@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
+import subprocess
+import sys
 import uuid
 from dataclasses import dataclass
 from decimal import Decimal
@@ -669,3 +672,54 @@ def test_closing_the_connection_finishes_a_server_side_cursors_exchange(dsn: str
     [exchange] = recorded.exchanges
     assert (exchange["response"]["rowCount"], exchange["response"]["rows"]) == (1, [{"id": 1}])
     assert recorded.returned["effectsComplete"] is True
+
+
+RECORD_WITHOUT_PSYCOPG2 = """
+import json, sys
+sys.modules["psycopg2"] = None  # an application with psycopg 3 alone
+import psycopg
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import SpanKind
+from reproit_otel.capture.processor import ReproitSpanProcessor
+from reproit_otel.config import read_config
+from reproit_otel.instrumentation.psycopg import install_recorder
+
+class Sink:
+    traces = []
+    def submit(self, trace):
+        self.traces.append(trace)
+
+provider = TracerProvider()
+provider.add_span_processor(ReproitSpanProcessor(read_config({}), [Sink()]))
+install_recorder()
+with provider.get_tracer("app").start_as_current_span("GET /x", kind=SpanKind.SERVER):
+    with psycopg.connect(sys.argv[1]) as conn:
+        conn.execute("SELECT qty FROM orders WHERE id = %s", (2,)).fetchone()
+        try:
+            conn.execute("SELECT 1/0")
+        except psycopg.errors.DivisionByZero:
+            pass
+events = Sink.traces[0].events
+exchanges = [e["exchange"] for e in events if e["kind"] == "effect"]
+print(json.dumps({"exchanges": exchanges, "psycopg2": sys.modules["psycopg2"]}))
+"""
+
+
+def test_the_recorder_needs_no_psycopg2(dsn: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", RECORD_WITHOUT_PSYCOPG2, dsn],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    answer = json.loads(done.stdout)
+    assert answer["psycopg2"] is None
+    select, failure = answer["exchanges"]
+    assert (select["request"], select["response"]["rows"]) == (
+        {"text": "SELECT qty FROM orders WHERE id = %s", "values": [2]},
+        [{"qty": 20}],
+    )
+    assert failure["response"]["error"]["code"] == "22012"
