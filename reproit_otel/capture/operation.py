@@ -17,7 +17,12 @@ and the bookkeeping that decides ``effectsComplete`` (PROTOCOL decision D4):
   uncovered, no exchange failed or is still pending, no unrecordable call was reported, and
   the configuration does not force ``never``.
 
-Exchanges become ``effect`` events in completion order. Configured secret values (D8) are
+Exchanges of a capture become ``effect`` events in the order their calls were *issued*
+(:func:`_in_issue_order`), not the order they completed: concurrent calls of one operation
+(an ``asyncio.gather``, a streamed body read after later calls) keep the place the code gave
+them, which is the order a replay issues them in (``docs/replay.md``, "Concurrent calls").
+A trace opened before its operation finished (scan time, an agent oracle marker) takes the
+exchanges that complete after that in completion order. Configured secret values (D8) are
 replaced in every string of an exchange, its key and resource, and of the output.
 
 Lazy traces. A capture is uploaded only when the operation fails (status 500 or more, or a
@@ -34,8 +39,10 @@ uploader only counts it); a failing one is handed to the uploader unopened and o
 uploader's thread, where its exchanges are built (bounded, keyed, scrubbed, redacted) before
 its ``return`` event is pushed, so that an exchange that turns out to be unrecordable still
 makes ``effectsComplete`` false; a sink that reads events on the request thread (the debug
-dump) opens it there. An agent oracle marker or a built exchange opens the trace when it is
-pushed. Scan-time operations open their trace at once and build everything as it comes.
+dump) opens it there. An agent oracle marker opens the trace when it is pushed; an exchange
+handed over already built (an invoke boundary's) waits in the record like a deferred one,
+its build giving it back. Scan-time operations open their trace at once and build everything
+as it comes.
 While heavy capture is on, what a capture holds is bounded as it is recorded: once the
 exchanges kept reach the capture budget (``REPROIT_CAPTURE_BUDGET``, by the bytes each
 recorder says it keeps), later ones are settled but not kept, only counted
@@ -217,10 +224,15 @@ class ExchangeBinding(recording.ExchangeRecorder):
     """One exchange of an operation: the recorder a recorder reports to, and its own handle
     (one object per call instead of two)."""
 
-    __slots__ = ("adoptable", "beside", "operation", "span_id", "state", "target")
+    __slots__ = ("adoptable", "beside", "issued", "operation", "span_id", "state", "target")
 
     def __init__(
-        self, operation: Operation, span_id: int | None, target: int | None, library: str = ""
+        self,
+        operation: Operation,
+        span_id: int | None,
+        target: int | None,
+        library: str = "",
+        issued: int = 0,
     ) -> None:
         # recording.ExchangeRecorder's fields: its owner is the operation, its handle itself.
         self._owner: Any = operation
@@ -238,6 +250,8 @@ class ExchangeBinding(recording.ExchangeRecorder):
         self.adoptable: int | None = None
         """The first dependency span started right under ``span_id`` while the exchange was
         pending, before the operation was eager: it covers that span when it has no other."""
+        self.issued = issued
+        """The exchange's place in the order the operation's calls were issued (started)."""
 
     def finish_deferred(self, effect: str, build: DeferredExchange, held: int = 0) -> None:
         """:meth:`recording.ExchangeRecorder.finish_deferred`, handed straight to the
@@ -324,6 +338,8 @@ class Operation:
     held = 0
     """Bytes of deferred exchanges held (the capture budget bounds them)."""
     pending = 0
+    issued = 0
+    """Exchanges started so far: the next one's place in the order of issue."""
     recorded_exchanges = 0
     # Counters the processor adds to its own when it lets go of the operation (one lock per
     # operation instead of one per exchange); see take_tally().
@@ -408,9 +424,10 @@ class Operation:
             # the start's plus the monotonic time since (``_stamp``, when the trace opens).
             self._wall = _time_ns()
             self._start: Stamp = (next(trace_log._sequence), self._wall // 1_000_000, 0)
-            # (effect, build, library, (sequence, monotonic ns)) of each deferred exchange, in
-            # arrival order.
-            self._log: list[tuple[str, DeferredExchange, str, tuple[int, int]]] = []
+            # (effect, build, library, (sequence, monotonic ns), issued) of each deferred
+            # exchange, in the order the exchanges completed; _open puts them in the order
+            # they were issued.
+            self._log: list[tuple[str, DeferredExchange, str, tuple[int, int], int]] = []
             self._input_factory = input_factory
             self._number = number
         # The spans started under the server span, as ``(span id, parent id, span)`` in start
@@ -525,7 +542,7 @@ class Operation:
         fresh.capture_budget = self._settings.budget
         fresh.unheld_effects = self._unheld
         fresh.capped_effects = self._capped
-        for effect, build, library, raw in log[:count]:  # the trace is not shared yet
+        for effect, build, library, raw in _in_issue_order(log[:count]):  # not shared yet
             fresh.defer_effect(effect, self._builder(build, library), self._stamp(raw))
         attached: dict[str, Any] | None = None
         if returned is not None and returned[6]:  # finished, wanted: build it all now
@@ -533,7 +550,7 @@ class Operation:
         with self._lock:
             if self._trace is not None:
                 return self._trace  # opened meanwhile by another thread
-            for effect, build, library, raw in log[count:]:
+            for effect, build, library, raw in _in_issue_order(log[count:]):
                 fresh.defer_effect(effect, self._builder(build, library), self._stamp(raw))
             if returned is None:
                 returned = self._returned  # finished meanwhile
@@ -823,8 +840,9 @@ class Operation:
                     if target is None or not target.dependency:
                         target = self._dependency_ancestor(span_id)
                 binding = ExchangeBinding(
-                    self, span_id, target.span_id if target else None, library or ""
+                    self, span_id, target.span_id if target else None, library or "", self.issued
                 )
+                self.issued += 1
                 if target is not None and target.exchange is ExchangeState.NONE:
                     target.exchange = ExchangeState.PENDING
                 beside_spans = self._beside
@@ -874,7 +892,16 @@ class Operation:
         key: str | None,
         exchange: dict[str, Any],
     ) -> None:
-        """Push the exchange as an effect (secret values scrubbed first, D8)."""
+        """Push the exchange as an effect (secret values scrubbed first, D8).
+
+        A capture whose trace is not opened takes it as a deferred exchange whose build gives
+        it back as it is, so that it keeps the place it was issued at among the others (see
+        "Lazy traces"); it is scrubbed and redacted when the trace is opened, as they are.
+        """
+        if not self.scan and self._trace is None:
+            built = (resource, key, exchange)
+            self.exchange_deferred(binding, effect, lambda: built, binding.library)
+            return
         secrets = self._secrets()
         if secrets:
             exchange = scrub_exact_bytes(_scrubbed(exchange, secrets), secrets)
@@ -1004,7 +1031,13 @@ class Operation:
                         self._reason_locked("exchange not recorded: TooManyEvents")
                         return
                     self._log.append(
-                        (effect, build, library, (next(trace_log._sequence), _monotonic_ns()))
+                        (
+                            effect,
+                            build,
+                            library,
+                            (next(trace_log._sequence), _monotonic_ns()),
+                            binding.issued,
+                        )
                     )
                 else:
                     try:
@@ -1357,6 +1390,26 @@ class Operation:
             return self.trace.header()
         except TraceError:
             return None
+
+
+def _in_issue_order(
+    log: list[tuple[str, DeferredExchange, str, tuple[int, int], int]],
+) -> list[tuple[str, DeferredExchange, str, tuple[int, int]]]:
+    """The logged exchanges in the order their calls were issued, each event with a stamp.
+
+    The exchanges were logged as they completed, each with the raw stamp ``(sequence,
+    monotonic ns)`` it got then; they
+    become effects in the order they were started, so that concurrent calls of one operation
+    (an ``asyncio.gather``, a stream read after a later call) keep the place the code gave
+    them whatever order their answers came in, which is the order a replay issues them in.
+    The stamps stay in the order they were taken, so the effects' ``sequence`` still
+    increases: the k-th effect carries the k-th completion's stamp.
+    """
+    ordered = sorted(log, key=lambda entry: entry[4])  # stable; mostly already in order
+    return [
+        (effect, build, library, stamp)
+        for (effect, build, library, _, _), (_, _, _, stamp, _) in zip(ordered, log, strict=True)
+    ]
 
 
 def _build(

@@ -15,7 +15,7 @@
    covers is decided only when a failure's capture is opened, ``operation.py``, ``span_log``)
    and binds the exchanges recorders start
    through :mod:`reproit_otel.capture.recording` to its operation, which settles them; they
-   become ``effect`` events in completion order (``operation.py`` says how
+   become ``effect`` events in the order they were issued (``operation.py`` says how
    ``effectsComplete`` is computed, D4, and when a capture's events are built). A span of a library
    reproit-otel does not record (httpx, redis, ...) makes the operation incomplete; the reason
    (library, span name) is counted in :meth:`ReproitSpanProcessor.stats` and logged once;

@@ -22,9 +22,10 @@ is pending until :meth:`ExchangeRecorder.finish` or :meth:`ExchangeRecorder.fail
 a finish may come after the span ended (a streamed body consumed later).
 
 What the pipeline does with a finished exchange: the effect is pushed onto the operation
-(``BackendTrace.effect``) in completion order, after configured secret values
-(``REPROIT_SECRET_VALUES``, :func:`register_secret_values`) have been replaced in every string
-of the exchange, the key and the resource (D8). Recorders apply the structural rules
+(``BackendTrace.effect``) at the place :func:`start_exchange` gave it (a capture's effects
+follow the order the calls were issued, not the order they completed), after configured
+secret values (``REPROIT_SECRET_VALUES``, :func:`register_secret_values`) have been replaced
+in every string of the exchange, the key and the resource (D8). Recorders apply the structural rules
 themselves: bounded bodies and headers (``wire/bounds.py``) and ``redact_url`` for query
 strings.
 

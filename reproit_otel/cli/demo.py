@@ -34,7 +34,8 @@ def register(subparsers: Any) -> None:
         "--app",
         choices=sorted(APPS),
         default="flask",
-        help="which shop to run: examples/shop (flask, default) or examples/shop_fastapi",
+        help="which shop to run: examples/shop (flask, default), examples/shop_fastapi "
+        "(fastapi) or examples/fastapi_async (fastapi-async)",
     )
     parser.add_argument(
         "--workdir",

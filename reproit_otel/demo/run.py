@@ -7,7 +7,8 @@ starts, each as a child process on a loopback port:
 2. the local ingest, ``reproit-otel serve`` on SQLite in the work folder;
 3. the shop's upstream services (``examples/shop/upstreams.py all``: pricing, the assistant's
    event stream, the tax line protocol);
-4. the shop (``examples/shop/app.py``, or the FastAPI one with ``--app fastapi``) under
+4. the shop (``examples/shop/app.py``, the FastAPI one with ``--app fastapi``, or the async
+   one, httpx and SQLAlchemy asyncio over psycopg 3, with ``--app fastapi-async``) under
    ``opentelemetry-instrument`` with ``OTEL_TRACES_EXPORTER=otlp,reproit``: its spans go to
    the ingest's OTLP receiver, its failures to the ingest's capture endpoint.
 
@@ -62,7 +63,11 @@ __all__ = ["APPS", "DEMO_API_KEY", "DemoOptions", "find_examples", "run_demo"]
 
 DEMO_API_KEY = "demo-key"
 APP_ID = "shop"
-APPS = {"flask": "shop/app.py", "fastapi": "shop_fastapi/app.py"}
+APPS = {
+    "flask": "shop/app.py",
+    "fastapi": "shop_fastapi/app.py",
+    "fastapi-async": "fastapi_async/app.py",
+}
 """``--app`` choices: the shop's entry script under ``examples/``."""
 FAILING_ORDER = {"sku": "gift-card", "quantity": 1, "country": "DE"}
 TRAFFIC: tuple[tuple[str, str, dict[str, Any] | None], ...] = (

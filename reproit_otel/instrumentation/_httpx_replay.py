@@ -39,6 +39,7 @@ __all__ = [
     "serve",
     "serve_async",
     "serve_sync",
+    "served_http_version",
     "telemetry_refusal",
 ]
 
@@ -81,6 +82,19 @@ def telemetry_refusal(request: httpx.Request) -> httpx.ConnectError:
         "replayed process",
         request=request,
     )
+
+
+def served_http_version(transport: Any) -> bytes:
+    """The HTTP version a replayed response of ``transport`` reports.
+
+    A capture does not record the version a response came in, so a replay reports
+    ``HTTP/2`` where the transport speaks nothing else (``http1=False, http2=True``: prior
+    knowledge over ``http://``, ``h2`` alone in ALPN over ``https://``) and ``HTTP/1.1``
+    otherwise, which is what a client allowing both gets from most servers over ``http://``.
+    """
+    pool = getattr(transport, "_pool", None)
+    only_http2 = getattr(pool, "_http2", False) is True and getattr(pool, "_http1", True) is False
+    return b"HTTP/2" if only_http2 else b"HTTP/1.1"
 
 
 def _content_type(request: httpx.Request) -> str | None:
@@ -161,8 +175,10 @@ def serve(
     secrets: tuple[str, ...],
     *,
     asynchronous: bool,
+    http_version: bytes = b"HTTP/1.1",
 ) -> httpx.Response:
-    """The response to ``request`` from the recording (raises a recorded transport error)."""
+    """The response to ``request`` from the recording (raises a recorded transport error);
+    it reports ``http_version`` (see :func:`served_http_version`)."""
     probe = live_probe(request, content, secrets)
     result = answer(session, probe)
     if session.on_divergence is None:  # a session with a callback reported them itself
@@ -181,9 +197,9 @@ def serve(
         _AsyncServed(chunks) if asynchronous else _SyncServed(chunks)
     )
     status = served.status if isinstance(served.status, int) else 200
-    extensions: dict[str, Any] = {"http_version": b"HTTP/1.1"}
+    extensions: dict[str, Any] = {"http_version": http_version}
     phrase = reason_phrase(status)
-    if phrase is not None:
+    if phrase is not None and http_version != b"HTTP/2":  # HTTP/2 has no reason phrase
         extensions["reason_phrase"] = phrase.encode("latin-1", "replace")
     return httpx.Response(
         status,
@@ -194,15 +210,22 @@ def serve(
 
 
 async def serve_async(
-    session: ReplaySession, request: httpx.Request, secrets: tuple[str, ...]
+    session: ReplaySession,
+    request: httpx.Request,
+    secrets: tuple[str, ...],
+    http_version: bytes = b"HTTP/1.1",
 ) -> httpx.Response:
     """:func:`serve` for an async transport (the request body is read asynchronously)."""
     content = await _async_content(request)
-    return serve(session, request, content, secrets, asynchronous=True)
+    return serve(session, request, content, secrets, asynchronous=True, http_version=http_version)
 
 
 def serve_sync(
-    session: ReplaySession, request: httpx.Request, secrets: tuple[str, ...]
+    session: ReplaySession,
+    request: httpx.Request,
+    secrets: tuple[str, ...],
+    http_version: bytes = b"HTTP/1.1",
 ) -> httpx.Response:
     """:func:`serve` for a sync transport."""
-    return serve(session, request, _sync_content(request), secrets, asynchronous=False)
+    content = _sync_content(request)
+    return serve(session, request, content, secrets, asynchronous=False, http_version=http_version)

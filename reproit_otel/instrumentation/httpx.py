@@ -83,7 +83,12 @@ from reproit_otel.capture.recording import (
 )
 from reproit_otel.config import load_config
 from reproit_otel.instrumentation._httpx_record import HttpxCall
-from reproit_otel.instrumentation._httpx_replay import serve_async, serve_sync, telemetry_refusal
+from reproit_otel.instrumentation._httpx_replay import (
+    serve_async,
+    serve_sync,
+    served_http_version,
+    telemetry_refusal,
+)
 from reproit_otel.replay.session import active_session
 
 __all__ = [
@@ -266,7 +271,9 @@ def _replay_sync(secrets: tuple[str, ...]) -> Callable[[_Handle], _Handle]:
                 raise _no_session(request)
             if is_suppressed():  # an exporter's upload: refused quietly, never a divergence
                 raise telemetry_refusal(request)
-            return serve_sync(session, request, secrets + registered_secret_values())
+            return serve_sync(
+                session, request, secrets + registered_secret_values(), served_http_version(self)
+            )
 
         return handle_request
 
@@ -281,7 +288,9 @@ def _replay_async(secrets: tuple[str, ...]) -> Callable[[_Handle], _Handle]:
                 raise _no_session(request)
             if is_suppressed():
                 raise telemetry_refusal(request)
-            return await serve_async(session, request, secrets + registered_secret_values())
+            return await serve_async(
+                session, request, secrets + registered_secret_values(), served_http_version(self)
+            )
 
         return handle_async_request
 

@@ -117,6 +117,18 @@ def test_capture_path_smoke() -> None:
     assert "reproit-on over otel, thread CPU:" in done.stdout
 
 
+def test_capture_async_smoke() -> None:
+    # The async shape (FastAPI as ASGI, httpx.AsyncClient, psycopg 3 async) prints the same
+    # table as capture_path: every shape runs and reproit's cost is reported (no figure).
+    done = _benchmark("capture_async", "--passes", "1", "--requests", "20")
+    lines = done.stdout.splitlines()
+    for shape in ("otel", "reproit-off", "reproit-on"):
+        assert any(line.split()[2:3] == [shape] for line in lines), shape
+        assert any(line.startswith(shape + " ") for line in lines), shape
+    assert "reproit-on over otel:" in done.stdout
+    assert "reproit-on over otel, thread CPU:" in done.stdout
+
+
 def test_capture_path_against_a_baseline_smoke() -> None:
     # This checkout as its own baseline: both trees' children run and each cost is reported,
     # with the paired difference (no figure is asserted).

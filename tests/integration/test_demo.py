@@ -111,7 +111,7 @@ def _verdict(path: Path) -> dict[str, Any]:
     return {key: result[key] for key in ("capture", "verdict", "exit", "reason", "divergences")}
 
 
-@pytest.mark.parametrize("app", ["flask", "fastapi"])
+@pytest.mark.parametrize("app", ["flask", "fastapi", "fastapi-async"])
 def test_the_demo_reproduces_the_failure_then_sees_it_fixed(tmp_path: Path, app: str) -> None:
     workdir = tmp_path / "demo"
     done = subprocess.run(

@@ -1,4 +1,5 @@
-"""The step-by-step of ``examples/shop/README.md`` and ``examples/shop_fastapi/README.md``.
+"""The step-by-step of the shops' READMEs: ``examples/shop``, ``examples/shop_fastapi`` and
+``examples/fastapi_async``.
 
 Each README's commands are read from the README (``tests/docs_commands.py``) and run through
 ``sh`` with ``.venv/bin`` first on ``PATH``, in a folder holding a copy of ``examples/`` (so
@@ -31,8 +32,16 @@ from tests.integration.test_examples import Upstreams, _free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-READMES = {"flask": "examples/shop/README.md", "fastapi": "examples/shop_fastapi/README.md"}
-SCRIPTS = {"flask": "examples/shop/app.py", "fastapi": "examples/shop_fastapi/app.py"}
+READMES = {
+    "flask": "examples/shop/README.md",
+    "fastapi": "examples/shop_fastapi/README.md",
+    "fastapi-async": "examples/fastapi_async/README.md",
+}
+SCRIPTS = {
+    "flask": "examples/shop/app.py",
+    "fastapi": "examples/shop_fastapi/app.py",
+    "fastapi-async": "examples/fastapi_async/app.py",
+}
 
 pytestmark = pytest.mark.skipif(
     "reproit" not in {e.name for e in entry_points(group="opentelemetry_traces_exporter")},
@@ -75,6 +84,7 @@ def ingest(tmp_path: Path) -> Iterator[ServedIngest]:
     # The README's serve line: its --db and --api-key, on a free port.
     serve = command_starting(READMES["flask"], "reproit-otel serve")
     assert serve == command_starting(READMES["fastapi"], "reproit-otel serve")
+    assert serve == command_starting(READMES["fastapi-async"], "reproit-otel serve")
     assert serve == "reproit-otel serve --api-key dev-key --db sqlite:///shop-ingest.db"
     served = ServedIngest(f"sqlite:///{tmp_path / 'shop-ingest.db'}", "--api-key", "dev-key")
     yield served

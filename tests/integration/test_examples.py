@@ -1,4 +1,5 @@
-"""The example shops (Flask and FastAPI) against their real upstreams and a real PostgreSQL.
+"""The example shops (Flask, FastAPI, FastAPI async) against their real upstreams and a real
+PostgreSQL.
 
 No reproit-otel capture here: these tests pin what the examples do, so the demo and the
 READMEs can rely on it (a normal order answers 200, the gift card answers 500 after storing
@@ -22,7 +23,11 @@ import pytest
 import requests
 
 ROOT = Path(__file__).resolve().parents[2]
-SHOPS = {"flask": "examples/shop/app.py", "fastapi": "examples/shop_fastapi/app.py"}
+SHOPS = {
+    "flask": "examples/shop/app.py",
+    "fastapi": "examples/shop_fastapi/app.py",
+    "fastapi-async": "examples/fastapi_async/app.py",
+}
 
 
 def _free_port() -> int:

@@ -18,7 +18,8 @@ recorded exchanges can be asserted whole):
 ``GET /redirect``  302 to ``/json``
 ``HEAD <any>``     200 ``application/json``, ``content-length: 29``, no body
 ``POST /echo``     200: the request body (content-length or chunked) with its content type;
-                   every received body is appended to :attr:`Upstream.received`
+                   every received body is appended to :attr:`Upstream.received`; an
+                   ``x-delay: <seconds>`` header holds the answer back that long
 =================  ==========================================================================
 """
 
@@ -144,6 +145,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = self._read_body()
         self.server.received.append(body)
+        time.sleep(float(self.headers.get("x-delay") or 0))  # answers in an order of our choice
         content_type = self.headers.get("content-type") or "application/octet-stream"
         self._whole(200, content_type, body)
 

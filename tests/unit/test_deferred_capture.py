@@ -472,3 +472,39 @@ def test_a_span_still_running_at_the_response_is_judged_at_the_finish(rig: Rig) 
     assert rig.processor.stats()["incomplete_reasons"] == {
         "tests.deferred: GET background still running at the response": 1
     }
+
+
+def test_exchanges_that_complete_out_of_order_keep_the_order_they_were_issued(rig: Rig) -> None:
+    def build(name: str) -> Callable[[], tuple[str, str, dict[str, Any]]]:
+        return lambda: ("api", "POST /echo", {"protocol": "http", "note": name})
+
+    attributes = {"http.request.method": "GET", "url.path": "/x", "http.response.status_code": 500}
+    with rig.tracer.start_as_current_span("GET /x", kind=SpanKind.SERVER, attributes=attributes):
+        started = [recording.start_exchange("httpx") for _ in range(3)]
+        first, second, third = (recorder for recorder in started if recorder is not None)
+        # Answers in reverse, as concurrent calls' may come back.
+        third.finish_deferred("call", build("third"))
+        first.finish_deferred("call", build("first"))
+        second.finish_deferred("call", build("second"))
+    trace = rig.sink.traces[-1]
+    effects = [event for event in trace.events if event["kind"] == "effect"]
+    assert [event["exchange"]["note"] for event in effects] == ["first", "second", "third"]
+    sequences = [event["sequence"] for event in trace.events]
+    assert sequences == sorted(sequences) and len(set(sequences)) == len(sequences)
+
+
+def test_an_exchange_handed_over_built_keeps_its_place_and_opens_nothing(rig: Rig) -> None:
+    attributes = {"http.request.method": "GET", "url.path": "/x", "http.response.status_code": 500}
+    with rig.tracer.start_as_current_span("GET /x", kind=SpanKind.SERVER, attributes=attributes):
+        started = [recording.start_exchange(library) for library in ("invoke", "httpx")]
+        boundary, call = (recorder for recorder in started if recorder is not None)
+        call.finish_deferred("call", lambda: ("api", "GET /a", {"protocol": "http", "n": 2}))
+        boundary.finish("call", resource="tax", key="rate", exchange={"protocol": "invoke"})
+        [operation] = list(rig.processor._operations.values())
+        assert operation.trace_opened is False
+    trace = rig.sink.traces[-1]
+    effects = [event for event in trace.events if event["kind"] == "effect"]
+    assert [(event["resource"], event["key"]) for event in effects] == [
+        ("tax", "rate"),
+        ("api", "GET /a"),
+    ]

@@ -49,7 +49,7 @@ COLLECTOR = (
     "test_what_the_reproit_exporter_sends_becomes_an_occurrence"
 )
 INSTALL_LINE = "tests/integration/test_install_line.py::"
-SHOP_NOTE = " (shop and shop_fastapi; ports free, the test PostgreSQL's DSN)"
+SHOP_NOTE = " (shop, shop_fastapi and fastapi_async; ports free, the test PostgreSQL's DSN)"
 BENCH_NOTE = " (the same module with --quick --out DIR: its smoke run, no timing asserted)"
 NO_COLLECTOR = (
     "external: no otelcol-contrib binary in the test environment; "
@@ -131,6 +131,8 @@ RUN_BY: dict[str, str] = {
     "scripts/demo": DEMO + " (through scripts/demo whenever its bootstrap step has nothing to "
     "install, as in .ci/run)",
     "scripts/demo --app fastapi": DEMO + " (the fastapi case, through scripts/demo likewise)",
+    "scripts/demo --app fastapi-async": DEMO
+    + " (the fastapi-async case, through scripts/demo likewise)",
     "scripts/test": ".ci/run: its last step runs scripts/test, the whole suite",
     "scripts/bootstrap": ".ci/run: runs scripts/bootstrap before linting and testing",
     # docs/compatibility.md
@@ -266,9 +268,10 @@ RUN_BY: dict[str, str] = {
     ".venv/bin/python -m benchmarks.capture_failing": f"{BENCH}::test_capture_failing_smoke",
     ".venv/bin/python -m benchmarks.capture_paired": f"{BENCH}::test_capture_paired_quick"
     " (the same module with --quick --json PATH: its smoke run, no timing asserted)",
+    ".venv/bin/python -m benchmarks.capture_async": f"{BENCH}::test_capture_async_smoke",
     ".venv/bin/python -m benchmarks.replay": f"{BENCH}::test_replay_quick{BENCH_NOTE}",
     ".venv/bin/python -m benchmarks.outage": f"{BENCH}::test_outage_quick{BENCH_NOTE}",
-    # examples/shop/README.md, examples/shop_fastapi/README.md
+    # examples/shop/README.md, examples/shop_fastapi/README.md, examples/fastapi_async/README.md
     'export PATH="$PWD/.venv/bin:$PATH"': SHOP + " (its shells have .venv/bin first on PATH)",
     "export SHOP_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres": SHOP + SHOP_NOTE,
     "python examples/shop/upstreams.py all": SHOP + " (with --port 0)",
@@ -276,10 +279,12 @@ RUN_BY: dict[str, str] = {
     + " (as written, with --port 0)",
     "python examples/shop/app.py --init-db": SHOP + SHOP_NOTE,
     "python examples/shop_fastapi/app.py --init-db": SHOP + SHOP_NOTE,
+    "python examples/fastapi_async/app.py --init-db": SHOP + SHOP_NOTE,
     "export OTEL_SERVICE_NAME=shop OTEL_TRACES_EXPORTER=reproit": SHOP,
     "export OTEL_METRICS_EXPORTER=none OTEL_LOGS_EXPORTER=none": SHOP,
     "opentelemetry-instrument python examples/shop/app.py": SHOP + SHOP_NOTE,
     "opentelemetry-instrument python examples/shop_fastapi/app.py": SHOP + SHOP_NOTE,
+    "opentelemetry-instrument python examples/fastapi_async/app.py": SHOP + SHOP_NOTE,
     "curl -s -X POST localhost:8100/orders -H 'content-type: application/json' -d "
     '\'{"sku": "mug", "quantity": 2, "country": "DE"}\'': SHOP + SHOP_NOTE,
     "curl -s -X POST localhost:8100/orders -H 'content-type: application/json' -d "
@@ -288,6 +293,10 @@ RUN_BY: dict[str, str] = {
     'check capsule.json --exec "opentelemetry-instrument python examples/shop/app.py"': SHOP,
     "OTEL_TRACES_EXPORTER=none OTEL_METRICS_EXPORTER=none OTEL_LOGS_EXPORTER=none reproit-otel "
     'check capsule.json --exec "opentelemetry-instrument python examples/shop_fastapi/app.py"': (
+        SHOP
+    ),
+    "OTEL_TRACES_EXPORTER=none OTEL_METRICS_EXPORTER=none OTEL_LOGS_EXPORTER=none reproit-otel "
+    'check capsule.json --exec "opentelemetry-instrument python examples/fastapi_async/app.py"': (
         SHOP
     ),
 }
