@@ -825,7 +825,8 @@ class Operation:
             with self._lock:
                 if not self.eager:
                     # Its span is found when coverage is decided (``_sync_spans_locked``).
-                    binding = ExchangeBinding(self, span_id, None, library or "")
+                    binding = ExchangeBinding(self, span_id, None, library or "", self.issued)
+                    self.issued += 1
                     self.pending += 1
                     self._started += 1
                     if self._closed:
