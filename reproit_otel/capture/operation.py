@@ -6,7 +6,9 @@ and the bookkeeping that decides ``effectsComplete`` (PROTOCOL decision D4):
 
 * every span started under the operation's server span is tracked (parent, kind, name,
   instrumentation library), up to :data:`MAX_SPANS_PER_OPERATION` (:data:`HEAVY_MAX_SPANS` for
-  a capture while heavy capture is on);
+  a capture while heavy capture is on): noted by reference as it starts, and judged only when
+  the judgement is needed (a failing capture opened, see ``span_log`` in
+  :meth:`Operation.__init__`), so a healthy request pays one append per span;
 * a *dependency span* is a CLIENT span or a span with a ``db.system`` / ``db.system.name``
   attribute; each must be covered by a recorded exchange. An exchange covers the span that was
   current when the recorder started it (or that span's nearest dependency ancestor); a nested
@@ -79,13 +81,14 @@ from typing import Any
 
 from opentelemetry.trace import SpanKind
 
-from reproit_otel._guard import guarded
+from reproit_otel._guard import absorb, guarded
 from reproit_otel.capture import recording
 from reproit_otel.capture.recording import DeferredExchange, Unrecordable
 from reproit_otel.config import CAPTURE_MAX_EVENTS_CEILING
 from reproit_otel.errors import TraceError
 from reproit_otel.redaction.core import placehold_equal, redact, scrub_secret_values, scrub_value
 from reproit_otel.redaction.headers import header_credentials
+from reproit_otel.wire import trace_log
 from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.exact_body import scrub_exact_bytes
 from reproit_otel.wire.exception import output_with_error
@@ -96,7 +99,6 @@ from reproit_otel.wire.trace import (
     CaptureContext,
     Stamp,
     marked_oracle,
-    stamp_now,
 )
 from reproit_otel.wire.trace_events import _BOUNDARY_EFFECTS
 
@@ -215,7 +217,7 @@ class ExchangeBinding(recording.ExchangeRecorder):
     """One exchange of an operation: the recorder a recorder reports to, and its own handle
     (one object per call instead of two)."""
 
-    __slots__ = ("beside", "operation", "span_id", "state", "target")
+    __slots__ = ("adoptable", "beside", "operation", "span_id", "state", "target")
 
     def __init__(
         self, operation: Operation, span_id: int | None, target: int | None, library: str = ""
@@ -233,7 +235,33 @@ class ExchangeBinding(recording.ExchangeRecorder):
         self.beside: int | None = None
         """A wrapper span open beside the exchange that it also covers (see ``_BESIDE``)."""
         self.state = ExchangeState.PENDING
+        self.adoptable: int | None = None
+        """The first dependency span started right under ``span_id`` while the exchange was
+        pending, before the operation was eager: it covers that span when it has no other."""
 
+    def finish_deferred(self, effect: str, build: DeferredExchange, held: int = 0) -> None:
+        """:meth:`recording.ExchangeRecorder.finish_deferred`, handed straight to the
+        operation (every recorded call of a capture passes here)."""
+        if recording.collecting.active:  # a finalizer, maybe inside one of our locked sections
+            recording.hand_over(functools.partial(self.finish_deferred, effect, build, held))
+            return
+        try:  # claimed once: see recording.ExchangeRecorder
+            self._unclaimed.pop()
+        except IndexError:
+            return
+        try:
+            if effect in recording.EFFECT_KINDS:
+                self.operation.exchange_deferred(self, effect, build, self.library, held)
+            else:
+                self.operation.exchange_failed(
+                    self, f"{self.library}: unknown effect kind {effect!r}"
+                )
+        except Exception as exc:
+            absorb(f"recording.finish[{self.library}]", exc)
+
+
+_monotonic_ns = time.monotonic_ns
+_time_ns = time.time_ns
 
 _NO_FAILURES: list[str] = []  # shared and never appended to: an empty list to read
 
@@ -328,6 +356,9 @@ class Operation:
     _unheld: dict[str, int] | None = None
     _capped: dict[str, int] | None = None
 
+    eager = False
+    """Whether span coverage is kept as spans start and end (see ``span_log``)."""
+
     scan = False
     """Whether this is a scan-time operation (its events leave in the response header)."""
 
@@ -362,20 +393,37 @@ class Operation:
         self.inbound = inbound
         # The trace's monotonic origin and its start event's stamp, taken now (as
         # BackendTrace.begin would), then each event's stamp in ``_log``.
-        origin = self._origin = time.monotonic_ns()
+        self._origin = _monotonic_ns()
         if trace is not None:
             self._trace = trace
             self.scan = True
+            self.eager = True
             trace.capture_budget = settings.budget
             self.name = trace.operation
             self._build_failures = []
         else:
             self.name = name
-            self._start: Stamp = stamp_now(origin)
-            # (effect, build, library, stamp) of each deferred exchange, in arrival order.
-            self._log: list[tuple[str, DeferredExchange, str, Stamp]] = []
+            # One clock read per event: the start's wall clock now (its monotonic reading is
+            # the origin); later events read the monotonic clock alone, their wall clock is
+            # the start's plus the monotonic time since (``_stamp``, when the trace opens).
+            self._wall = _time_ns()
+            self._start: Stamp = (next(trace_log._sequence), self._wall // 1_000_000, 0)
+            # (effect, build, library, (sequence, monotonic ns)) of each deferred exchange, in
+            # arrival order.
+            self._log: list[tuple[str, DeferredExchange, str, tuple[int, int]]] = []
             self._input_factory = input_factory
             self._number = number
+        # The spans started under the server span, as ``(span id, parent id, span)`` in start
+        # order, appended with no lock: a healthy request pays one append per span. Coverage
+        # (which dependency span has an exchange, D4) is decided from them only when it is
+        # needed (``_sync_spans_locked``): when a failing capture is opened, or at once when
+        # something can only be judged while it happens (a span still running at the
+        # response, a span SQLAlchemy opens beside its statement, a span past the limit, a
+        # covered checkout). From then on the operation is *eager*: ``spans`` is kept up to
+        # date span by span, as the exchanges start and settle.
+        self.span_log: list[tuple[int, int | None, Any]] = []
+        self._synced = 0
+        self._bindings: list[ExchangeBinding] = []
         self.spans: dict[int, SpanRecord] = {}
         self.reasons: list[str] = []
         # Reasons met under the lock, reported to the processor once it is released.
@@ -437,18 +485,30 @@ class Operation:
         that cannot be recorded) makes its effects incomplete before the ``return`` event is
         pushed, as finishing it would have.
         """
+        newly_incomplete = False
         with self._lock:
             if self._trace is not None:
                 return self._trace
+            # Coverage is decided now (see ``span_log``): a span that ended with no exchange
+            # makes a finished capture's effects incomplete, counted by the processor if the
+            # hand-off counted it complete.
+            had_reasons = bool(self.reasons)
+            added = self._sync_spans_locked()
+            returned = self._returned
+            if added and returned is not None:
+                returned = (*returned[:3], False, *returned[4:])
+                self._returned = returned
+                newly_incomplete = not had_reasons and self.handed_off
             log = self._log
             count = len(log)
-            returned = self._returned
             if self._build_failures is _NO_FAILURES:
                 self._build_failures = []
             if self._unheld is None:
                 self._unheld = {}
             if self._capped is None:
                 self._capped = {}
+        if newly_incomplete and self._settings.on_incomplete is not None:
+            self._settings.on_incomplete(self)
         start_input = _linked_input(self._input_factory or _no_input, self.note_echoed_values)
         fresh = BackendTrace.reopened(
             CaptureContext(
@@ -465,20 +525,20 @@ class Operation:
         fresh.capture_budget = self._settings.budget
         fresh.unheld_effects = self._unheld
         fresh.capped_effects = self._capped
-        for effect, build, library, stamp in log[:count]:  # the trace is not shared yet
-            fresh.defer_effect(effect, self._builder(build, library), stamp)
+        for effect, build, library, raw in log[:count]:  # the trace is not shared yet
+            fresh.defer_effect(effect, self._builder(build, library), self._stamp(raw))
         attached: dict[str, Any] | None = None
         if returned is not None and returned[6]:  # finished, wanted: build it all now
             returned, attached = self._wanted_return(fresh, returned)
         with self._lock:
             if self._trace is not None:
                 return self._trace  # opened meanwhile by another thread
-            for effect, build, library, stamp in log[count:]:
-                fresh.defer_effect(effect, self._builder(build, library), stamp)
+            for effect, build, library, raw in log[count:]:
+                fresh.defer_effect(effect, self._builder(build, library), self._stamp(raw))
             if returned is None:
                 returned = self._returned  # finished meanwhile
             if returned is not None:
-                output, status, success, complete, factory, stamp, _ = returned
+                output, status, success, complete, factory, raw, _ = returned
                 fresh.finish(
                     output,
                     status,
@@ -487,7 +547,7 @@ class Operation:
                     output_factory=None
                     if factory is None
                     else _guarded_output(factory, self._secrets_source()),
-                    stamp=stamp,
+                    stamp=self._stamp(raw),
                 )
             self._trace = fresh
             self._log = []
@@ -500,6 +560,12 @@ class Operation:
         if late_error is not None:
             self._amend_output(late_error)  # noted while the trace was being opened
         return fresh
+
+    def _stamp(self, raw: tuple[int, int]) -> Stamp:
+        """The :data:`Stamp` of an event stamped ``(sequence, monotonic ns)``: its wall clock
+        is the start's plus the monotonic time since."""
+        since = raw[1] - self._origin
+        return (raw[0], (self._wall + since) // 1_000_000, since)
 
     def _wanted_return(
         self, fresh: BackendTrace, returned: tuple[Any, ...]
@@ -552,6 +618,7 @@ class Operation:
         """Track a span of this operation; False when the table is full (then incomplete)."""
         try:
             with self._lock:
+                self._sync_spans_locked()
                 if len(self.spans) >= self._settings.max_spans:
                     self._reason_locked(
                         f"too many spans to track (limit {self._settings.max_spans})"
@@ -576,6 +643,80 @@ class Operation:
         finally:
             if self._unreported:
                 self._report()
+
+    def make_eager(self) -> None:
+        """Decide the coverage of the spans logged so far now, and keep it span by span from
+        now on (see ``span_log``)."""
+        try:
+            with self._lock:
+                self._sync_spans_locked()
+        finally:
+            if self._unreported:
+                self._report()
+
+    def let_go(self) -> None:
+        """The operation will not be opened: drop what only coverage needs (the bindings
+        refer to the operation: no reference cycle is left for the cyclic collector)."""
+        self._bindings = []
+
+    def _sync_spans_locked(self) -> bool:
+        """Track the spans logged since the last call as eager records, settle the coverage
+        the exchanges bound meanwhile give them, and give each dependency span that ended
+        with no exchange its reason (D4); the operation is eager from then on. True when a
+        reason was added."""
+        log = self.span_log
+        end = len(log)
+        if self.eager and self._synced == end:
+            return False
+        self.eager = True
+        spans = self.spans
+        new: list[SpanRecord] = []
+        for span_id, parent_id, span in log[self._synced : end]:
+            record = SpanRecord(span_id, parent_id, span, is_dependency_span(span))
+            try:
+                record.ended = span._end_time is not None  # an SDK span (see on_start)
+            except AttributeError:
+                record.ended = getattr(span, "end_time", None) is not None
+            spans[span_id] = record
+            new.append(record)
+        self._synced = end
+        bindings, self._bindings = self._bindings, []
+        for binding in bindings:
+            self._cover_locked(binding)
+        added = False
+        for record in new:
+            if (
+                record.ended
+                and record.dependency
+                and record.exchange is ExchangeState.NONE
+                and not self._covered(record)
+            ):
+                before = len(self.reasons)
+                self._reason_locked(f"{record.library}: {record.name}")
+                added = added or len(self.reasons) > before
+        return added
+
+    def _cover_locked(self, binding: ExchangeBinding) -> None:
+        """Give the span an exchange bound before the operation was eager covers (its own,
+        its nearest dependency ancestor, or the one it adopted) the exchange's state."""
+        target_id = binding.target
+        span_id = binding.span_id
+        if target_id is None:
+            target: SpanRecord | None = None
+            if span_id is not None and span_id != self.root_span_id:
+                target = self.spans.get(span_id)
+                if target is None or not target.dependency:
+                    target = self._dependency_ancestor(span_id)
+            if target is None and binding.adoptable is not None:
+                target = self.spans.get(binding.adoptable)
+            if target is not None:
+                binding.target = target_id = target.span_id
+        record = None if target_id is None else self.spans.get(target_id)
+        if record is None or record.exchange is ExchangeState.FAILED:
+            return
+        state = binding.state
+        if state is not ExchangeState.PENDING or record.exchange is ExchangeState.NONE:
+            record.exchange = state
 
     def _covered(self, record: SpanRecord) -> bool:
         if record.exchange in (ExchangeState.PENDING, ExchangeState.DONE):
@@ -609,6 +750,7 @@ class Operation:
         """
         try:
             with self._lock:
+                self._sync_spans_locked()
                 record = self.spans.get(span_id)
                 if record is None:
                     return
@@ -648,6 +790,7 @@ class Operation:
         I/O, and what a fresh connection runs is recorded statement by statement.
         """
         with self._lock:
+            self._sync_spans_locked()
             if span_id is None or span_id == self.root_span_id:
                 return False
             target = self._dependency_ancestor(span_id)
@@ -663,6 +806,17 @@ class Operation:
         until it ends."""
         try:
             with self._lock:
+                if not self.eager:
+                    # Its span is found when coverage is decided (``_sync_spans_locked``).
+                    binding = ExchangeBinding(self, span_id, None, library or "")
+                    self.pending += 1
+                    self._started += 1
+                    if self._closed:
+                        self._late_locked("an exchange started after the response")
+                    else:
+                        self._bindings.append(binding)
+                    return binding
+                self._sync_spans_locked()
                 target: SpanRecord | None = None
                 if span_id is not None and span_id != self.root_span_id:
                     target = self.spans.get(span_id)  # most often the call's own span
@@ -849,7 +1003,9 @@ class Operation:
                     if len(self._log) + 1 >= self._settings.max_events:
                         self._reason_locked("exchange not recorded: TooManyEvents")
                         return
-                    self._log.append((effect, build, library, stamp_now(self._origin)))
+                    self._log.append(
+                        (effect, build, library, (next(trace_log._sequence), _monotonic_ns()))
+                    )
                 else:
                     try:
                         trace.defer_effect(effect, self._builder(build, library))
@@ -982,6 +1138,7 @@ class Operation:
     def open_dependency_reasons(self) -> list[str]:
         """Reasons from dependency spans still open (or exchanges pending) right now."""
         with self._lock:
+            self._sync_spans_locked()
             return self._open_dependency_reasons_locked()
 
     def _open_dependency_reasons_locked(self) -> list[str]:
@@ -997,6 +1154,7 @@ class Operation:
     def effects_complete(self) -> bool:
         """D4: every dependency span covered, nothing failed or pending, mode is not never."""
         with self._lock:
+            self._sync_spans_locked()
             if self._settings.effects_never:
                 return False
             return not self.reasons and not self._open_dependency_reasons_locked()
@@ -1106,6 +1264,16 @@ class Operation:
                         continue  # an exchange arrived meanwhile: build it too
                     if self._build_failures:
                         self._take_build_failures_locked()
+                    if not self.eager and self.span_log:
+                        # A span still running at the response is judged now, and the spans
+                        # after it as they end; else coverage waits until it is needed.
+                        try:
+                            for entry in self.span_log:
+                                if entry[2]._end_time is None:  # an SDK span (see on_start)
+                                    self._sync_spans_locked()
+                                    break
+                        except AttributeError:
+                            self._sync_spans_locked()
                     still_open: list[str] = _NO_FAILURES  # empty, as most often
                     if self.pending:
                         still_open = self._open_dependency_reasons_locked()
@@ -1138,7 +1306,7 @@ class Operation:
                                 status is not None and status < 500,
                                 complete,
                                 deferred_output,  # guarded by _open
-                                stamp_now(self._origin),
+                                (next(trace_log._sequence), _monotonic_ns()),
                                 wanted,
                             )
                             self.wanted = wanted

@@ -11,7 +11,9 @@
    16-hex ``replaySeed``) when capture is on (a sink is configured), else nothing happens.
    The operation name and input come from the WSGI/ASGI middleware (``inbound.py``), or from
    the span's attributes when no middleware ran;
-2. tracks every span started under that server span and binds the exchanges recorders start
+2. notes every span started under that server span (one append: which spans an exchange
+   covers is decided only when a failure's capture is opened, ``operation.py``, ``span_log``)
+   and binds the exchanges recorders start
    through :mod:`reproit_otel.capture.recording` to its operation, which settles them; they
    become ``effect`` events in completion order (``operation.py`` says how
    ``effectsComplete`` is computed, D4, and when a capture's events are built). A span of a library
@@ -92,12 +94,15 @@ from reproit_otel.capture.inbound import (
     single_or_list,
 )
 from reproit_otel.capture.operation import (
+    _BESIDE_SCOPES,
     HEAVY_MAX_SPANS,
     MAX_SPANS_PER_OPERATION,
     ExchangeBinding,
+    ExchangeState,
     Operation,
     OperationSettings,
     SpanRecord,
+    _scope_name,
     is_dependency_span,
 )
 from reproit_otel.config import EffectsCompleteMode, ReproitConfig, load_config
@@ -326,6 +331,30 @@ class ReproitSpanProcessor(SpanProcessor):
             if operation is None or operation.evicted:
                 return
             span_id = context[1]
+            if not operation.eager and not operation._closed:
+                # A healthy request's span: logged by reference, its coverage decided only if
+                # it is needed (operation.py, ``span_log``). A span SQLAlchemy opens beside its
+                # statements, or one past the limit, is judged as it happens.
+                log = operation.span_log
+                try:  # an SDK span's scope name, read directly
+                    scope: str | None = span._instrumentation_scope._name  # type: ignore[union-attr]
+                except AttributeError:
+                    scope = _scope_name(span)
+                if len(log) < operation._settings.max_spans and scope not in _BESIDE_SCOPES:
+                    log.append((span_id, parent_id, span))
+                    spans[(trace_id, span_id)] = operation  # one dict store: atomic
+                    binding = _open_binding.binding
+                    if (
+                        binding is not None
+                        and binding.span_id == parent_id
+                        and binding.operation is operation
+                        and binding.adoptable is None
+                        and binding.state is ExchangeState.PENDING
+                        and is_dependency_span(span)
+                    ):
+                        binding.adoptable = span_id
+                    return
+                operation.make_eager()
             dependency = is_dependency_span(span)
             record = SpanRecord(span_id, parent_id, span, dependency)
             if operation.add_span(record):
@@ -360,7 +389,8 @@ class ReproitSpanProcessor(SpanProcessor):
             if operation is None:
                 return
             if span_id != operation.root_span_id:
-                operation.end_span(span_id, span)
+                if operation.eager:  # else its coverage is decided later (see on_start)
+                    operation.end_span(span_id, span)
                 return
             self._on_end(span, operation)
         except Exception as exc:
@@ -640,12 +670,15 @@ class ReproitSpanProcessor(SpanProcessor):
             del self._operations[key]
             self._drop_spans_locked(oldest)
             oldest.evicted = True
+            oldest.let_go()
             evicted.append(oldest)
             self._stats["evicted_operations"] += 1
         return evicted
 
     def _drop_spans_locked(self, operation: Operation) -> None:
         trace_id = operation.otel_trace_id
+        for entry in operation.span_log:
+            self._spans.pop((trace_id, entry[0]), None)
         for span_id in list(operation.spans):
             self._spans.pop((trace_id, span_id), None)
         self._spans.pop((trace_id, operation.root_span_id), None)
@@ -697,6 +730,7 @@ class ReproitSpanProcessor(SpanProcessor):
                 return
             if operation.late:
                 stats["late_effect_operations"] += 1
+                operation.let_go()
                 return
             stats["operations_submitted"] += 1
         if not operation.trace_opened:
@@ -715,6 +749,8 @@ class ReproitSpanProcessor(SpanProcessor):
                         sink.submit(operation.trace)
                 except Exception as exc:
                     absorb("processor.sink", exc)
+            if not wanted:
+                operation.let_go()
             return
         for sink in self.sinks:
             try:

@@ -417,3 +417,58 @@ def test_a_healthy_request_and_its_operation_leave_no_reference_cycle(rig: Rig) 
         gc.garbage.clear()
         gc.enable()
     assert ours == []
+
+
+def _uncovered_request(rig: Rig, status: int) -> None:
+    """A request whose CLIENT span no recorder covers (a library reproit-otel does not
+    record), beside a covered one."""
+    attributes = {"http.request.method": "GET", "url.path": "/x"}
+    with rig.tracer.start_as_current_span(
+        "GET /x",
+        kind=SpanKind.SERVER,
+        attributes={**attributes, "http.response.status_code": status},
+    ):
+        with rig.tracer.start_as_current_span("GET", kind=SpanKind.CLIENT):
+            recorder = recording.start_exchange("requests")
+            assert recorder is not None
+            recorder.finish_deferred("call", rig._build("call-1", unrecordable=False))
+        with rig.tracer.start_as_current_span("GET shop", kind=SpanKind.CLIENT):
+            pass
+
+
+def test_span_coverage_is_decided_only_for_a_failure_on_the_uploaders_thread() -> None:
+    # A healthy request's spans are only noted: nothing is judged, nothing counted. A failing
+    # one's coverage is decided when the uploader's thread opens it: the uncovered span makes
+    # its effects incomplete, with its reason, as if it had been judged when it ended.
+    rig = Rig(with_sink=False)
+    try:
+        _uncovered_request(rig, 200)
+        processor = rig.processor.stats()
+        assert (processor["incomplete_reasons"], processor.get("incomplete_operations")) == (
+            {},
+            None,
+        )
+        _uncovered_request(rig, 500)
+        stats = rig.uploader.stats()  # opens the failure, as the uploader's thread would
+        assert (stats["ineligible"], stats["captured_operations"]) == (
+            {"not-a-failure": 1, "effects-incomplete": 1},
+            0,
+        )
+        processor = rig.processor.stats()
+        assert processor["incomplete_reasons"] == {"tests.deferred: GET shop": 1}
+        assert processor["incomplete_operations"] == 1
+    finally:
+        rig.provider.shutdown()
+        rig.uploader.close(0.1)
+
+
+def test_a_span_still_running_at_the_response_is_judged_at_the_finish(rig: Rig) -> None:
+    attributes = {"http.request.method": "GET", "url.path": "/x"}
+    with rig.tracer.start_as_current_span(
+        "GET /x", kind=SpanKind.SERVER, attributes={**attributes, "http.response.status_code": 200}
+    ):
+        running = rig.tracer.start_span("GET background", kind=SpanKind.CLIENT)
+    running.end()
+    assert rig.processor.stats()["incomplete_reasons"] == {
+        "tests.deferred: GET background still running at the response": 1
+    }
