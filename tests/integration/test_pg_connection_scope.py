@@ -173,11 +173,11 @@ def _django_thing(dsn: str) -> Any:
     from django.conf import settings
 
     parts = urlsplit(dsn)
-    settings.configure(
-        USE_TZ=True,
-        TIME_ZONE="UTC",
-        INSTALLED_APPS=[],
-        DATABASES={
+    options: dict[str, Any] = {
+        "USE_TZ": True,
+        "TIME_ZONE": "UTC",
+        "INSTALLED_APPS": [],
+        "DATABASES": {
             "default": {
                 "ENGINE": "django.db.backends.postgresql",
                 "NAME": parts.path.lstrip("/"),
@@ -187,7 +187,14 @@ def _django_thing(dsn: str) -> Any:
                 "CONN_MAX_AGE": 60,
             }
         },
-    )
+    }
+    if settings.configured:
+        # Another test of the session configured Django without a database (the credential
+        # checks' tests): the database goes onto those settings, which nothing opened yet.
+        for name, value in options.items():
+            setattr(settings, name, value)
+    else:
+        settings.configure(**options)
     django.setup()
     from django.db import models
     from django.utils import timezone
