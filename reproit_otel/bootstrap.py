@@ -64,7 +64,7 @@ import sys
 import threading
 import traceback
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from opentelemetry import trace as otel_trace
@@ -94,6 +94,7 @@ __all__ = [
     "install",
     "post_instrument",
     "reproit_parentbased_traceidratio",
+    "stop_unarmed",
     "uninstall",
 ]
 
@@ -180,34 +181,45 @@ def _install_replay(config: ReproitConfig) -> None:
         replay.install_replay(config.replay)
         _install_error_hooks()
     except Exception as error:
-        _stop_unarmed(str(config.replay), error)
+        stop_unarmed(str(config.replay), error)
     _replaying = True
 
 
-def _stop_unarmed(capsule: str, error: BaseException) -> NoReturn:
+def stop_unarmed(
+    capsule: str,
+    error: BaseException,
+    write: Callable[[str], None] | None = None,
+    *,
+    who: str = "the application",
+) -> NoReturn:
     """Stop the process: replay was asked for and could not be armed completely.
 
     Whatever wraps the bootstrap (``opentelemetry-instrument``'s auto-initialisation, which
     swallows exceptions, a ``sitecustomize``, the application's own code) must not go on to
     serve live: the application would reach the real database and upstreams. So this writes
     the traceback, one ``REPROIT:REPLAY-FAILED`` line (``reproit-otel check`` names its
-    ``error`` as the cause) and a sentence saying what to do to file descriptor 2, then ends
-    the process with :data:`REPLAY_FAILED_EXIT` (``os._exit``: no exception handler or exit
-    hook of a wrapper can turn it back into a live run).
+    ``error`` as the cause) and a sentence saying what to do, then ends the process with
+    :data:`REPLAY_FAILED_EXIT` (``os._exit``: no exception handler or exit hook of a wrapper
+    can turn it back into a live run).
+
+    ``write`` writes one line to the real standard error (default: file descriptor 2; the
+    pytest plugin passes its duplicate of it, taken before pytest captured output); ``who``
+    names what stops in the last sentence (the pytest plugin: ``the test run``).
     """
     from reproit_otel.replay.session import write_stderr_line
     from reproit_otel.wire.canonical import ordered_json
 
+    line = write_stderr_line if write is None else write
     cause = f"{type(error).__name__}: {error}"
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
     text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    write_stderr_line(text)
-    write_stderr_line(REPLAY_FAILED_MARKER + ordered_json({"capsule": capsule, "error": cause}))
-    write_stderr_line(
+    line(text)
+    line(REPLAY_FAILED_MARKER + ordered_json({"capsule": capsule, "error": cause}))
+    line(
         f"reproit-otel: the replay of REPROIT_REPLAY={capsule} could not be armed ({cause}); "
-        "the application stops instead of running without replay, where it would reach live "
+        f"{who} stops instead of running without replay, where it would reach live "
         "systems. Fix the capsule or the setting and start it again."
     )
     os._exit(REPLAY_FAILED_EXIT)
@@ -227,7 +239,7 @@ def install(
     config = config if config is not None else load_config()
     if config.problems and os.environ.get(REPROIT_REPLAY):
         # Replay was asked for; running on without it would run live (fail closed).
-        _stop_unarmed(os.environ[REPROIT_REPLAY], ConfigurationError("; ".join(config.problems)))
+        stop_unarmed(os.environ[REPROIT_REPLAY], ConfigurationError("; ".join(config.problems)))
     if config.disabled:
         _log.debug("reproit-otel is disabled (%s)", "; ".join(config.problems) or "by setting")
         return None

@@ -30,8 +30,13 @@ capture. Before conftest files load, the capsule's exchanges are installed as th
 every ``requests``, ``httpx`` and ``psycopg2`` call and its envelope (time zone, clock,
 ``random``) is pinned. Only the test whose operation equals the capsule's runs; every other
 test is skipped with the reason ``reproit replay targets <operation>``. When it finishes a
-``REPROIT:CI-TEST`` line reports ``passed``, or ``failed`` with the failure text. A capsule of
-another kind (a production ``METHOD /path`` capsule) is a usage error.
+``REPROIT:CI-TEST`` line reports ``passed``, or ``failed`` with the failure text. Replay fails
+closed, as in a replayed application: a capsule it cannot serve (unreadable, of another kind
+such as a production ``METHOD /path`` capsule, a field replay cannot pin or serve), a replay
+that cannot be installed, or an unusable ``REPROIT_*`` setting next to ``REPROIT_REPLAY``
+ends the run before any test runs, with the traceback, a
+``REPROIT:REPLAY-FAILED {"capsule":...,"error":...}`` line on the real standard error and exit
+status 78 (:func:`reproit_otel.bootstrap.stop_unarmed`).
 
 Settings (command line, then environment, then ini file, then default):
 
@@ -62,7 +67,7 @@ import importlib
 import logging
 import os
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -81,7 +86,7 @@ from reproit_otel.ci.spool import (
     ci_envelope,
     parse_spool_max,
 )
-from reproit_otel.config import REPROIT_CI_SPOOL, REPROIT_CI_SPOOL_MAX
+from reproit_otel.config import REPROIT_CI_SPOOL, REPROIT_CI_SPOOL_MAX, REPROIT_REPLAY
 from reproit_otel.wire._js import UNSET
 
 __all__ = ["CaptureMode", "ReplayMode", "operation_of"]
@@ -388,18 +393,19 @@ class ReplayMode:
 
 
 def _replay_operation(path: str) -> str:
-    """The operation of the capsule at ``path``; a usage error unless it is a CI capsule."""
+    """The operation of the capsule at ``path``; a :class:`CapsuleError` unless it is a CI
+    capsule replay can serve."""
     from reproit_otel.errors import CapsuleError
     from reproit_otel.wire.capsule import load_capsule
 
     try:
         capsule = load_capsule(_read(path), strict=False)
     except CapsuleError as error:
-        raise pytest.UsageError(f"REPROIT_REPLAY={path}: {error}") from None
+        raise CapsuleError(f"{path}: {error}") from None
     operation = capsule.get("operation")
     if not isinstance(operation, str) or not operation.startswith(naming.TEST_TRIGGER_PREFIX):
-        raise pytest.UsageError(
-            f"REPROIT_REPLAY={path} does not carry a test trigger identity: its operation is "
+        raise CapsuleError(
+            f"{path} does not carry a test trigger identity: its operation is "
             f"{operation!r}, not 'test:<suite>#<test>'. Replay a production capsule with "
             '`reproit-otel check CAPSULE --exec "<command that boots the app>"` instead.'
         )
@@ -422,6 +428,22 @@ def _install_replay(path: str) -> str:
 
     install_replay(path)
     return operation
+
+
+def _armed_or_stop(arm: Callable[[str], str], path: str, stderr: RealStderr) -> str:
+    """``arm(path)``, or the end of the run when it fails (replay fails closed).
+
+    A capsule that cannot be served (unreadable, not a CI capsule, a field replay cannot pin
+    or serve) or a replay that cannot be installed must not let the tests run live: the run
+    ends as a replayed application's process does (``bootstrap.stop_unarmed``), with the
+    ``REPROIT:REPLAY-FAILED`` line on the real standard error and exit status 78.
+    """
+    try:
+        return arm(path)
+    except Exception as error:
+        from reproit_otel.bootstrap import stop_unarmed
+
+        stop_unarmed(path, error, stderr.write_line, who="the test run")
 
 
 # --- hooks ------------------------------------------------------------------------------------
@@ -472,12 +494,20 @@ def pytest_load_initial_conftests(
 
     environment = load_config()
     replay = environment.replay or ""
+    asked = os.environ.get(REPROIT_REPLAY)
+    if environment.problems and asked:
+        # Replay was asked for; running the tests without it would run them live.
+        from reproit_otel.bootstrap import stop_unarmed
+        from reproit_otel.errors import ConfigurationError
+
+        problems = ConfigurationError("; ".join(environment.problems))
+        stop_unarmed(asked, problems, RealStderr(_real_stderr_fd).write_line, who="the test run")
     if replay and not environment.disabled:
         namespace = early_config.known_args_namespace
         if getattr(namespace, "capture", None) == "fd":
             # Divergence lines are written to descriptor 2; keep it uncaptured.
             namespace.capture = "sys"
-        _install_replay(replay)
+        _armed_or_stop(_install_replay, replay, RealStderr(_real_stderr_fd))
         _early_replay = replay
     elif _early_capture is None:
         # Install the recorders before conftest files import the application, so a
@@ -505,11 +535,8 @@ def pytest_configure(config: pytest.Config) -> None:
         capman.global_and_fixture_disabled if capman is not None else None,
     )
     if settings.replay:
-        operation = (
-            _replay_operation(settings.replay)
-            if _early_replay == settings.replay
-            else _install_replay(settings.replay)
-        )
+        arm = _replay_operation if _early_replay == settings.replay else _install_replay
+        operation = _armed_or_stop(arm, settings.replay, stderr)
         config.pluginmanager.register(ReplayMode(operation, stderr), _PLUGIN_NAME)
     elif settings.capture:
         capture, _early_capture = _early_capture, None

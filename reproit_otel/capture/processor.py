@@ -18,7 +18,10 @@
    become ``effect`` events in the order they were issued (``operation.py`` says how
    ``effectsComplete`` is computed, D4, and when a capture's events are built). A span of a library
    reproit-otel does not record (httpx, redis, ...) makes the operation incomplete; the reason
-   (library, span name) is counted in :meth:`ReproitSpanProcessor.stats` and logged once;
+   (library, span name) is counted in :meth:`ReproitSpanProcessor.stats` and logged once. So
+   does a call recorded through a library installed outside the versions reproit-otel is
+   tested with (``supported.py``: urllib3 1.25 under requests), with the library, its version
+   and the tested range as the reason;
 3. finishes the operation when the middleware sees the response start (or itself when the
    server span ends without middleware), and hands capture operations to the sinks
    (:class:`OperationSink`, e.g. the uploader) once the server span has ended: a healthy
@@ -109,6 +112,7 @@ from reproit_otel.config import EffectsCompleteMode, ReproitConfig, load_config
 from reproit_otel.errors import TraceError
 from reproit_otel.failures import frame_roots, record_exception
 from reproit_otel.redaction.core import scrub_secret_values, scrub_value
+from reproit_otel.supported import unsupported_recorders
 from reproit_otel.wire.canonical import canonical_json_bytes
 from reproit_otel.wire.exception import exception_from_stacktrace
 from reproit_otel.wire.inputs import http_input
@@ -252,6 +256,11 @@ class ReproitSpanProcessor(SpanProcessor):
         self._watching = False  # recording.watch_collections() called
         self._secrets: tuple[str, ...] = self.config.secret_values
         self._registered: tuple[str, ...] = ()
+        # Recorders whose calls go through a library outside the tested versions, with the
+        # reason every operation recording such a call is incomplete for (supported.py, D4).
+        self._unsupported: dict[str, str] = {}
+        with guarded("processor.supported"):
+            self._unsupported = unsupported_recorders()
         config = self.config
         never = config.effects_complete is EffectsCompleteMode.NEVER
         # Heavy capture: an operation past the 256-event trace limit is still recorded whole,
@@ -466,6 +475,10 @@ class ReproitSpanProcessor(SpanProcessor):
         # hands its counters to the processor if it comes after the hand-off).
         binding = operation.bind_exchange(span_id, library)
         _open_binding.binding = binding
+        if self._unsupported:
+            unsupported = self._unsupported.get(library)
+            if unsupported is not None:
+                operation.mark_incomplete(unsupported)
         return binding
 
     def mark_incomplete(self, reason: str) -> None:

@@ -3,7 +3,9 @@
 Two paths, chosen by the capsule's operation (PROTOCOL 8.4 and 9.3):
 
 * **CI capsules** (operation ``test:<suite>#<test>``) run the test command with
-  ``REPROIT_REPLAY`` set and read the ``REPROIT:CI-TEST`` marker the pytest plugin writes.
+  ``REPROIT_REPLAY`` set and read the ``REPROIT:CI-TEST`` marker the pytest plugin writes; a
+  run that wrote ``REPROIT:REPLAY-FAILED`` instead ran no test: :class:`ReplayNotArmedError`,
+  exit 2, naming its cause.
 * **Production capsules** (operation ``METHOD /path``) boot the application command with
   ``REPROIT_REPLAY`` and ``PORT``, wait for it to answer HTTP, fire the recorded request
   (:mod:`reproit_otel.check.request`) and hand what came back to
@@ -145,6 +147,13 @@ def _run_test_check(
         _stop(process)
     pump.join(5.0)
     printed.join(5.0)
+    for line in pump.lines:
+        failed = parse_marker(line, REPLAY_FAILED_MARKER)
+        if failed is not None:
+            raise ReplayNotArmedError(
+                "the test command could not arm the replay and stopped before running the "
+                f"test: {failed.get('error')}"
+            )
     verdict, reason, observed = classify_test_run(
         operation, recorded_failure, pump.lines, timed_out
     )
@@ -184,7 +193,8 @@ def _answers_http(port: int) -> bool:
 
 
 class ReplayNotArmedError(ReproitError):
-    """The application never armed the replay of the capsule: the request was not fired.
+    """The application (or the test command) never armed the replay of the capsule: the
+    request was not fired, the test did not run.
 
     ``reproit-otel check`` exits 2 with its message (the cause and what to change).
     """

@@ -17,8 +17,11 @@ carries them in its exchange as ``setup``::
 Replay answers connection-scope statements from them (never consuming anything). The
 exchange stays a valid ``pg`` exchange: ``setup`` is one more member of the replayable value.
 
-Bounds: :data:`MAX_REMEMBERED` statements per connection (the latest answer per statement),
-:data:`MAX_ROWS` rows per answer. Only client-side cursors' ``execute`` is remembered.
+Bounds: :data:`~reproit_otel.wire.connection_setup.MAX_SETUP_ANSWERS` statements per
+connection (the latest answer per statement), :data:`~reproit_otel.wire.connection_setup.
+MAX_SETUP_ROWS` rows per answer. Only client-side cursors' ``execute`` is remembered. What
+is carried follows the rule replay and the ingest check (:mod:`reproit_otel.wire.
+connection_setup`); a capsule whose ``setup`` breaks it is refused whole.
 """
 
 from __future__ import annotations
@@ -30,15 +33,10 @@ from typing import Any, Final
 
 from reproit_otel._guard import absorb
 from reproit_otel.instrumentation._pg_values import encode_params
+from reproit_otel.wire.connection_setup import MAX_SETUP_ANSWERS, MAX_SETUP_ROWS
 from reproit_otel.wire.statements import ambient_key, statement_scope
 
-__all__ = ["MAX_REMEMBERED", "MAX_ROWS", "ConnectionSetup", "plain_select", "worth_remembering"]
-
-MAX_REMEMBERED: Final = 8
-"""Connection-scope answers a connection keeps (the oldest give way)."""
-
-MAX_ROWS: Final = 4
-"""Rows kept per remembered answer."""
+__all__ = ["ConnectionSetup", "plain_select", "worth_remembering"]
 
 _HEADS: Final = frozenset("sS")  # SELECT, SHOW, SET: every statement worth remembering
 _SCOPES: Final = frozenset({"setting", "introspection"})
@@ -104,11 +102,11 @@ class ConnectionSetup:
                 request["values"] = encoded
             response = build_response()
             rows = response.get("rows")
-            if isinstance(rows, list) and len(rows) > MAX_ROWS:
-                response = {**response, "rows": rows[:MAX_ROWS], "truncated": True}
+            if isinstance(rows, list) and len(rows) > MAX_SETUP_ROWS:
+                response = {**response, "rows": rows[:MAX_SETUP_ROWS], "truncated": True}
             key = ambient_key(text)
             self._entries.pop(key, None)
-            if len(self._entries) >= MAX_REMEMBERED:
+            if len(self._entries) >= MAX_SETUP_ANSWERS:
                 self._entries.pop(next(iter(self._entries)))
             exchange = {"protocol": "pg", "request": request, "response": response}
             self._entries[key] = (exchange, _token(owner))

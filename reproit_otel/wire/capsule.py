@@ -23,7 +23,9 @@ Two strengths:
 
 Both refuse an ``envelope`` replay could not pin (a NUL or a control character in ``tz``, a
 clock beyond year 9999, a seed that is not hexadecimal: :func:`~reproit_otel.wire.assessment.
-envelope_problem`, the rule the ingest applies to a batch's ``determinism-envelope``).
+envelope_problem`, the rule the ingest applies to a batch's ``determinism-envelope``), and
+connection ``setup`` answers replay would misread (:func:`~reproit_otel.wire.connection_setup.
+setup_problem`, the rule the ingest applies to a batch's ``pg`` exchanges).
 
 :func:`capsule_from_batch` inverts a ``capture-batch-v1`` into a capsule (section 5.9) and
 :func:`capsule_text` writes one: canonical JSON, to be stored as UTF-8 without a byte order
@@ -42,6 +44,7 @@ from reproit_otel.errors import CapsuleError
 from ._js import UNSET, is_unset
 from .assessment import envelope_problem
 from .canonical import canonical_json
+from .connection_setup import setup_problem
 
 __all__ = [
     "CAPSULE_VERSIONS",
@@ -250,6 +253,7 @@ def validate_capsule(obj: object, *, strict: bool = True) -> dict[str, Any]:
         for index, event in enumerate(events):
             if not isinstance(event, Mapping):
                 raise CapsuleError(f"events[{index}] is not a JSON object")
+            _check_setup(event, f"events[{index}]")
         return obj
     for name in ("operation", "oracle"):
         if not isinstance(obj.get(name), str):
@@ -257,7 +261,9 @@ def validate_capsule(obj: object, *, strict: bool = True) -> dict[str, Any]:
     if not events:
         raise CapsuleError("capsule has no events; a capture holds at least its start event")
     for index, event in enumerate(events):
-        _check_event(event, f"events[{index}]")
+        where = f"events[{index}]"
+        _check_event(event, where)
+        _check_setup(event, where)
     return obj
 
 
@@ -270,6 +276,18 @@ def _check_envelope(envelope: object) -> None:
     problem = envelope_problem(envelope, complete=False)
     if problem is not None:
         raise CapsuleError(f"capsule envelope: {problem}; replay cannot pin it")
+
+
+def _check_setup(event: Mapping[str, Any], where: str) -> None:
+    """Refuse connection setup answers replay would misread (``connection_setup``)."""
+    exchange = event.get("exchange")
+    if not isinstance(exchange, Mapping):
+        return
+    problem = setup_problem(exchange)
+    if problem is not None:
+        raise CapsuleError(
+            f"{where}.exchange.{problem[0]} {problem[1]}; replay cannot serve this connection"
+        )
 
 
 def load_capsule(source: str | bytes | os.PathLike[str], *, strict: bool = True) -> dict[str, Any]:

@@ -54,6 +54,7 @@ from reproit_otel.errors import CapsuleError, DivergedError, RecordedPgError
 from reproit_otel.redaction.core import redact, redact_url, scrub_value
 from reproit_otel.wire._js import UNSET, is_js_integer, js_string
 from reproit_otel.wire._jsparse import js_json_parse
+from reproit_otel.wire.connection_setup import setup_problem
 from reproit_otel.wire.fresh import generated_uuid_in, url_shape
 from reproit_otel.wire.matching import (
     body_delta,
@@ -215,7 +216,8 @@ def _served(exchange: Any) -> Any:
 
 
 def _check_capsule(capsule: Any) -> None:
-    """PROTOCOL 7.1: the format must be exact and the version 1 or 2."""
+    """PROTOCOL 7.1: the format must be exact and the version 1 or 2; and every connection
+    ``setup`` answer servable (:func:`~reproit_otel.wire.connection_setup.setup_problem`)."""
     fields: Mapping[str, Any] = capsule if isinstance(capsule, Mapping) else {}
     if fields.get("format", UNSET) != CAPTURE_FORMAT:
         raise CapsuleError("REPROIT_REPLAY file is not a reproit-backend-capture payload")
@@ -226,6 +228,16 @@ def _check_capsule(capsule: Any) -> None:
     events = fields.get("events", UNSET)
     if events is not UNSET and events is not None and not isinstance(events, list):
         raise CapsuleError("capsule events must be an array of trace events")
+    # Connection setup answers feed every stub connection: a capsule whose answers replay
+    # would misread is refused whole, never served in part (wire/connection_setup.py).
+    for index, event in enumerate(events if isinstance(events, list) else []):
+        exchange = event.get("exchange") if isinstance(event, Mapping) else None
+        problem = setup_problem(exchange) if isinstance(exchange, Mapping) else None
+        if problem is not None:
+            raise CapsuleError(
+                f"events[{index}].exchange.{problem[0]} {problem[1]}; "
+                "replay cannot serve this connection"
+            )
 
 
 class ReplaySession(ConnectionScope):
@@ -233,7 +245,8 @@ class ReplaySession(ConnectionScope):
 
     Create it from a parsed capsule (``ReplaySession(capsule)``) or a file
     (:meth:`load`); both raise :class:`~reproit_otel.errors.CapsuleError` when the capsule's
-    ``format`` is not ``reproit-backend-capture`` or its ``version`` is not 1 or 2.
+    ``format`` is not ``reproit-backend-capture``, its ``version`` is not 1 or 2, or a ``pg``
+    exchange carries connection ``setup`` answers replay would misread.
 
     ``live_redactor`` (optional) redacts each live probe before it is matched and reported.
     ``on_divergence`` (optional) receives every divergence line as it happens.

@@ -21,8 +21,9 @@ The schema (always)
     sequences (``event-sequence``), causal parents (``causal-parents``: at most 32, unique, not
     the event itself, and naming only earlier events of the batch), whole events ≤ 128 KiB
     (``event-size``), captured values and checkpoint attributes ≤ 64 KiB (``value-size``),
-    replayable values that are safe to store (``redaction``), and artifact references
-    (``artifact``).
+    replayable values that are safe to store (``redaction``), connection ``setup`` answers
+    replay can serve (``connection-setup``, :mod:`reproit_otel.wire.connection_setup`), and
+    artifact references (``artifact``).
 
 The portable assessment (``portable=True``, the default; run when the schema holds)
     What ``capture-validate`` demands of a reproducible failure: a failure observation
@@ -71,6 +72,7 @@ from .batch_vocabulary import (
     BatchValidationError,
 )
 from .canonical import canonical_json_bytes
+from .connection_setup import setup_problem
 
 __all__ = [
     "BatchProblem",
@@ -489,6 +491,7 @@ class _Checker:
                 )
             if "value" in value and _json_length(value["value"]) > _MAX_VALUE_BYTES:
                 self.fail("value-size", f"{where}.value", "exceeds 64 KiB")
+            self.connection_setup(value.get("value"), f"{where}.value")
         elif representation == "artifact":
             artifact_id = value.get("artifact_id")
             if "artifact_id" in value and artifact_id not in self.artifact_ids:
@@ -502,6 +505,13 @@ class _Checker:
                 )
         else:
             self.text(value, "reference", where)
+
+    def connection_setup(self, recorded: object, where: str) -> None:
+        """A recorded exchange's connection ``setup`` answers, which replay serves as they are."""
+        exchange = recorded.get("exchange") if isinstance(recorded, Mapping) else None
+        problem = setup_problem(exchange) if isinstance(exchange, Mapping) else None
+        if problem is not None:
+            self.fail("connection-setup", f"{where}.exchange.{problem[0]}", problem[1])
 
     def optional_value(self, body: Mapping[str, Any], where: str) -> None:
         if body.get("value") is not None:

@@ -7,6 +7,7 @@ Each module defines its own models, with an ``app_label`` of its own.
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlsplit
 
 
@@ -15,14 +16,14 @@ def configure_django(dsn: str) -> None:
     import django
     from django.conf import settings
 
-    if settings.configured:
+    if settings.configured and "default" in getattr(settings, "DATABASES", {}):
         return
     parts = urlsplit(dsn)
-    settings.configure(
-        USE_TZ=True,
-        TIME_ZONE="UTC",
-        INSTALLED_APPS=[],
-        DATABASES={
+    options: dict[str, Any] = {
+        "USE_TZ": True,
+        "TIME_ZONE": "UTC",
+        "INSTALLED_APPS": [],
+        "DATABASES": {
             "default": {
                 "ENGINE": "django.db.backends.postgresql",
                 "NAME": parts.path.lstrip("/"),
@@ -32,5 +33,12 @@ def configure_django(dsn: str) -> None:
                 "CONN_MAX_AGE": 60,
             }
         },
-    )
+    }
+    if settings.configured:
+        # Another test of the session configured Django without a database (the credential
+        # checks' tests): the database goes onto those settings, which nothing opened yet.
+        for name, value in options.items():
+            setattr(settings, name, value)
+    else:
+        settings.configure(**options)
     django.setup()

@@ -91,9 +91,15 @@ class SampleProject:
         )
 
     def check(
-        self, capsule: Path, *args: str, env: dict[str, str] | None = None, json_out: bool = False
+        self,
+        capsule: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        json_out: bool = False,
+        prefix: tuple[str, ...] = (),
     ) -> Run:
-        command = shlex.join([*PYTEST, *args])
+        """``check CAPSULE --exec "[prefix...] python -m pytest ... args"``."""
+        command = shlex.join([*prefix, *PYTEST, *args])
         argv = [sys.executable, "-m", "reproit_otel", "check", str(capsule), "--exec", command]
         if json_out:
             argv.append("--json")

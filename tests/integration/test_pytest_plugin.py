@@ -487,7 +487,11 @@ def test_build_is_the_commit_when_it_is_a_token(tmp_path: Path) -> None:
         assert {e["build"] for e in capsule["events"]} == {"abc123"}
 
 
-def test_a_production_capsule_is_a_usage_error(tmp_path: Path) -> None:
+def _replay_failed(capsule: Path, error: str) -> str:
+    return "REPROIT:REPLAY-FAILED " + ordered_json({"capsule": str(capsule), "error": error})
+
+
+def test_a_production_capsule_stops_the_run(tmp_path: Path) -> None:
     project = SampleProject(tmp_path, {"test_fail.py": FAILING}).setup()
     capsule = {
         "format": "reproit-backend-capture",
@@ -508,9 +512,83 @@ def test_a_production_capsule_is_a_usage_error(tmp_path: Path) -> None:
     }
     path = project.write("prod.json", json.dumps(capsule))
     run = project.pytest(env={"REPROIT_REPLAY": str(path)})
-    assert run.exit_code == 4
-    assert "does not carry a test trigger identity" in run.stderr
-    assert "'GET /orders'" in run.stderr
+    error = (
+        f"CapsuleError: {path} does not carry a test trigger identity: its operation is "
+        "'GET /orders', not 'test:<suite>#<test>'. Replay a production capsule with "
+        '`reproit-otel check CAPSULE --exec "<command that boots the app>"` instead.'
+    )
+    assert (run.exit_code, run.stdout, run.markers) == (78, "", [_replay_failed(path, error)])
+
+
+def _captured(project: SampleProject, upstream: RouteUpstream) -> Path:
+    """The capsule of ``test_cart_total`` failing on the flaky rate."""
+    upstream.routes["/tax-rate"] = {"status": 200, "body": {"rate": 0.3}}
+    project.pytest(env={**CAPTURE, "UPSTREAM": upstream.base})
+    (path,) = _capsule_files(project)
+    return path
+
+
+def _nul_tz(capsule: dict[str, Any]) -> str:
+    capsule["envelope"]["tz"] = "UTC\x00; DROP TABLE carts"
+    return "capsule envelope: tz must be absent or 1 to 255 printable ASCII characters"
+
+
+def _http_setup(capsule: dict[str, Any]) -> str:
+    [call] = [e for e in capsule["events"] if e["kind"] == "effect"]
+    call["exchange"]["setup"] = [
+        {"protocol": "pg", "request": {"text": "SHOW TimeZone"}, "response": {"rows": []}}
+    ]
+    index = capsule["events"].index(call)
+    return f"events[{index}].exchange.setup only a pg exchange carries connection setup answers"
+
+
+@pytest.mark.parametrize("spoil", [_nul_tz, _http_setup], ids=["envelope", "connection-setup"])
+def test_a_ci_capsule_replay_cannot_serve_stops_the_run_before_any_test(
+    tmp_path: Path, upstream: RouteUpstream, spoil: Any
+) -> None:
+    project = SampleProject(tmp_path, {"test_cart.py": FLAKY_TEST}).setup()
+    capsule = json.loads(_captured(project, upstream).read_text("utf-8"))
+    problem = spoil(capsule)
+    path = project.write("spoiled.json", json.dumps(capsule))
+    calls = list(upstream.calls)
+
+    run = project.pytest(env={"REPROIT_REPLAY": str(path), "UPSTREAM": upstream.base})
+    assert (run.exit_code, run.stdout, len(run.markers)) == (78, "", 1)
+    prefix = _replay_failed(path, f"CapsuleError: {path}: {problem}")[:-2]
+    assert run.markers[0].startswith(prefix)
+    assert run.stderr.splitlines()[-1] == (
+        f"reproit-otel: the replay of REPROIT_REPLAY={path} could not be armed "
+        f"({json.loads(run.markers[0].split(' ', 1)[1])['error']}); the test run stops instead "
+        "of running without replay, where it would reach live systems. Fix the capsule or the "
+        "setting and start it again."
+    )
+    assert upstream.calls == calls  # no test ran: nothing reached the upstream
+
+
+def test_an_unusable_setting_next_to_a_ci_replay_stops_the_run_and_check_names_it(
+    tmp_path: Path, upstream: RouteUpstream
+) -> None:
+    project = SampleProject(tmp_path, {"test_cart.py": FLAKY_TEST}).setup()
+    path = _captured(project, upstream)
+    calls = list(upstream.calls)
+
+    environ = {"REPROIT_REPLAY": str(path), "UPSTREAM": upstream.base}
+    run = project.pytest(env={**environ, "REPROIT_FLUSH_INTERVAL_MS": "soon"})
+    assert (run.exit_code, run.stdout, len(run.markers)) == (78, "", 1)
+    error = json.loads(run.markers[0].split(" ", 1)[1])["error"]
+    assert error.startswith("ConfigurationError: REPROIT_FLUSH_INTERVAL_MS: ")
+    assert run.markers == [_replay_failed(path, error)]
+
+    # check reads the line: exit 2, the cause named, no verdict.
+    checked = project.check(
+        path, env={"UPSTREAM": upstream.base}, prefix=("env", "REPROIT_FLUSH_INTERVAL_MS=soon")
+    )
+    assert (checked.exit_code, checked.stdout) == (2, "")
+    assert checked.stderr.startswith(
+        "reproit-otel check: the test command could not arm the replay and stopped before "
+        f"running the test: {error}"
+    )
+    assert upstream.calls == calls
 
 
 STOCK_TEST = """

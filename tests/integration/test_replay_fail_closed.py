@@ -10,6 +10,9 @@ replay that serves from the capsule never reaches them; an application running l
   ``check`` refuses it with exit 2 naming the field before anything boots; the application
   started directly with it under ``opentelemetry-instrument`` stops with exit 78 and a
   ``REPROIT:REPLAY-FAILED`` line instead of serving; the ingest refuses such a batch with 400;
+* a capsule or batch whose connection ``setup`` answers replay would misread (a NUL in a
+  carried ``TimeZone``, a data statement among them, an answer without rows): refused the
+  same three ways;
 * an unusable setting next to ``REPROIT_REPLAY``: the application stops the same way, and
   ``check`` exits 2 naming the cause from that line;
 * ``--exec`` without the launcher: the application answers HTTP but never says that replay
@@ -34,7 +37,9 @@ import pytest
 
 from reproit_otel.bootstrap import REPLAY_FAILED_EXIT, REPLAY_FAILED_MARKER
 from reproit_otel.check.judgement import REPLAY_FAILED_MARKER as VERDICT_FAILED_MARKER
-from tests.integration.capture_helpers import built_batch
+from reproit_otel.wire.batch import CaptureEnvironment, CaptureSettings, build_capture_batch
+from reproit_otel.wire.trace import BackendTrace, TraceContext
+from tests.integration.capture_helpers import SEED, built_batch, queued
 from tests.integration.served_ingest import ServedIngest, cli_command
 
 APP = Path(__file__).resolve().parent / "apps" / "replay_loop_app.py"
@@ -95,8 +100,57 @@ def app_environ(upstream: Canary, database: Canary, **extra: str) -> dict[str, s
     return environ
 
 
-def capsule(envelope: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A production capsule of ``GET /quote`` with one recorded upstream call."""
+SELECT_TEXT = "SELECT %s::int + 1, %s::text"
+
+
+def pg_exchange(setup: list[dict[str, Any]]) -> dict[str, Any]:
+    """The recorded statement of ``GET /quote``, carrying a warm connection's ``setup``."""
+    return {
+        "protocol": "pg",
+        "request": {"text": SELECT_TEXT, "values": [41, "x"]},
+        "response": {"command": "SELECT", "rowCount": 1, "rows": [{"?column?": 42, "text": "x"}]},
+        "setup": setup,
+    }
+
+
+def show(name: str, value: Any) -> dict[str, Any]:
+    """A carried ``SHOW name`` answer."""
+    return {
+        "protocol": "pg",
+        "request": {"text": f"SHOW {name}"},
+        "response": {"command": "SHOW", "rowCount": 1, "rows": [{name.lower(): value}]},
+    }
+
+
+GOOD_SETUP = [show("TimeZone", "Europe/Paris"), show("DateStyle", "ISO, DMY")]
+HOSTILE_SETUPS = [
+    pytest.param(
+        [show("TimeZone", NUL_TZ)],
+        "setup[0].response.rows[0] must hold text of at most 4096 characters without control "
+        "characters, null or a redaction placeholder",
+        id="nul-in-timezone",
+    ),
+    pytest.param(
+        [
+            show("TimeZone", "UTC"),
+            {**show("TimeZone", "UTC"), "request": {"text": "DELETE FROM orders"}},
+        ],
+        "setup[1].request.text is not a connection-scope setting or introspection statement",
+        id="data-statement",
+    ),
+    pytest.param(
+        [{**show("DateStyle", "ISO"), "response": {"command": "SHOW", "rowCount": 1}}],
+        "setup[0].response.rows must be an array of row objects",
+        id="no-rows",
+    ),
+]
+
+
+def capsule(
+    envelope: dict[str, Any] | None = None, setup: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """A production capsule of ``GET /quote`` with one recorded upstream call (and, given
+    ``setup``, its statement on a warm connection that carries those answers)."""
     document: dict[str, Any] = {
         "format": "reproit-backend-capture",
         "version": 2,
@@ -118,6 +172,10 @@ def capsule(envelope: dict[str, Any] | None = None) -> dict[str, Any]:
             {"kind": "return", "sequence": 2, "operation": "GET /quote", "status": 500},
         ],
     }
+    if setup is not None:
+        read = {"kind": "effect", "sequence": 2, "operation": "GET /quote", "effect": "read"}
+        document["events"].insert(2, {**read, "resource": "pg", "exchange": pg_exchange(setup)})
+        document["events"][-1]["sequence"] = 3
     for event in document["events"]:
         event.update(traceId="4bf92f3577b34da6a3ce929d0e0e4736", spanId="00f067aa0ba902b7")
     if envelope is not None:
@@ -170,11 +228,42 @@ def test_check_refuses_a_hostile_capsule_before_anything_runs(
     assert (upstream.connections, database.connections) == ([], [])
 
 
-def test_the_application_stops_instead_of_serving_a_capsule_it_cannot_arm(
-    tmp_path: Path, canaries: tuple[Canary, Canary]
+@pytest.mark.parametrize(("setup", "problem"), HOSTILE_SETUPS)
+def test_check_refuses_connection_setup_it_cannot_serve_before_anything_runs(
+    tmp_path: Path, canaries: tuple[Canary, Canary], setup: list[dict[str, Any]], problem: str
 ) -> None:
     upstream, database = canaries
-    path = write(tmp_path / "capsule.json", capsule({**GOOD_ENVELOPE, "tz": NUL_TZ}))
+    path = write(tmp_path / "capsule.json", capsule(GOOD_ENVELOPE, setup))
+    done = check(path, launched(), app_environ(upstream, database))
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith(f"reproit-otel check: {path}: events[2].exchange.{problem}")
+    assert "; replay cannot serve this connection" in done.stderr
+    assert (upstream.connections, database.connections) == ([], [])
+
+
+@pytest.mark.parametrize(
+    ("envelope", "setup", "cause"),
+    [
+        pytest.param(
+            {**GOOD_ENVELOPE, "tz": NUL_TZ}, None, "capsule envelope: tz must be", id="envelope"
+        ),
+        pytest.param(
+            GOOD_ENVELOPE,
+            HOSTILE_SETUPS[0].values[0],
+            f"events[2].exchange.{HOSTILE_SETUPS[0].values[1]}",
+            id="connection-setup",
+        ),
+    ],
+)
+def test_the_application_stops_instead_of_serving_a_capsule_it_cannot_arm(
+    tmp_path: Path,
+    canaries: tuple[Canary, Canary],
+    envelope: dict[str, Any],
+    setup: list[dict[str, Any]] | None,
+    cause: str,
+) -> None:
+    upstream, database = canaries
+    path = write(tmp_path / "capsule.json", capsule(envelope, setup))
     port = free_port()
     app = subprocess.Popen(
         [str(LAUNCHER), sys.executable, "-u", str(APP)],
@@ -195,7 +284,7 @@ def test_the_application_stops_instead_of_serving_a_capsule_it_cannot_arm(
     [failed] = [line for line in err.splitlines() if line.startswith(REPLAY_FAILED_MARKER)]
     payload = json.loads(failed[len(REPLAY_FAILED_MARKER) :])
     assert payload["capsule"] == str(path)
-    assert payload["error"].startswith(f"CapsuleError: {path}: capsule envelope: tz must be")
+    assert payload["error"].startswith(f"CapsuleError: {path}: {cause}")
     assert err.splitlines()[-1].startswith(
         f"reproit-otel: the replay of REPROIT_REPLAY={path} could not be armed (CapsuleError: "
     )
@@ -284,6 +373,64 @@ def test_the_ingest_accepts_an_envelope_that_arms(ingest: ServedIngest) -> None:
     url = f"{ingest.base_url}/v1/capture-batches"
     batch = with_envelope(built_batch(), tz="America/Argentina/Buenos_Aires")
     answer = httpx.post(url, content=json.dumps(batch).encode(), headers=headers, timeout=60)
+    assert answer.status_code == 202
+
+
+def pg_batch(setup: list[dict[str, Any]]) -> dict[str, Any]:
+    """A failing ``GET /quote`` batch whose one exchange is the statement carrying ``setup``."""
+    context = TraceContext(trace_id="cap-1-1", capture_envelope=True, replay_seed=SEED)
+    trace = BackendTrace.begin(context, "GET /quote", input={}, wall_ms=lambda: 1_753_617_600_000)
+    trace.effect("read", resource="pg", key=SELECT_TEXT, exchange=pg_exchange(setup))
+    trace.finish({"error": "quote failed"}, 500, False, True)
+    return build_capture_batch(
+        queued(trace),
+        config=CaptureSettings(project_id="shop"),
+        environment=CaptureEnvironment(
+            now_ms=1_753_617_600_500,
+            batch_number=1,
+            runtime="python 3.11.0",
+            os="linux",
+            arch="x64",
+            tz="UTC",
+        ),
+    )
+
+
+@pytest.mark.parametrize(("setup", "problem"), HOSTILE_SETUPS)
+def test_the_ingest_refuses_a_batch_whose_connection_setup_cannot_be_served(
+    ingest: ServedIngest, setup: list[dict[str, Any]], problem: str
+) -> None:
+    headers = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
+    batch = pg_batch(setup)
+    before = httpx.get(f"{ingest.base_url}/v1/occurrences", headers=headers, timeout=60)
+    answer = httpx.post(
+        f"{ingest.base_url}/v1/capture-batches",
+        content=json.dumps(batch).encode(),
+        headers=headers,
+        timeout=60,
+    )
+    refusal = answer.json()["error"]
+    field, _, message = problem.partition(" ")
+    [index] = [n for n, e in enumerate(batch["events"]) if e["event"]["kind"] == "state-access"]
+    assert (answer.status_code, refusal["rule"], refusal["field"]) == (
+        400,
+        "connection-setup",
+        f"batch.events[{index}].event.value.value.exchange.{field}",
+    )
+    assert refusal["message"].startswith(message)
+    # Nothing of it was stored: the occurrences are what they were.
+    after = httpx.get(f"{ingest.base_url}/v1/occurrences", headers=headers, timeout=60)
+    assert (before.status_code, after.json()) == (200, before.json())
+
+
+def test_the_ingest_accepts_connection_setup_replay_can_serve(ingest: ServedIngest) -> None:
+    headers = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
+    answer = httpx.post(
+        f"{ingest.base_url}/v1/capture-batches",
+        content=json.dumps(pg_batch(GOOD_SETUP)).encode(),
+        headers=headers,
+        timeout=60,
+    )
     assert answer.status_code == 202
 
 

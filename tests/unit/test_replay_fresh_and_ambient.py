@@ -258,7 +258,6 @@ def test_answers_a_connection_carried_from_before_the_operation_are_ambient() ->
             "request": {"text": "SHOW DateStyle"},
             "response": {"command": "SHOW", "rowCount": 1, "rows": [{"datestyle": "ISO, DMY"}]},
         },
-        {"protocol": "pg", "request": {"text": "SELECT 42"}, "response": {"rows": []}},
     ]
     first = _marked(_effect("SELECT 1"))
     first["exchange"]["setup"] = carried
@@ -267,7 +266,8 @@ def test_answers_a_connection_carried_from_before_the_operation_are_ambient() ->
     session = _session(first, _effect("SELECT 43"), in_operation)
     assert session.ambient({"text": "SHOW DateStyle"}) is carried[1]
     assert session.recorded_parameters() == {"TimeZone": "Asia/Tokyo", "DateStyle": "ISO, DMY"}
-    # A carried data statement is not served by the ambient rule, and nothing carried counts.
+    # A statement no connection carried is not served by the ambient rule; nothing carried
+    # counts as an exchange.
     assert session.ambient({"text": "SELECT 42"}) is None
     report = session.usage.report()
     assert (report["dataExchanges"], report["ambientExchanges"], session.total) == (1, 2, 3)
