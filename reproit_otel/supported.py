@@ -10,9 +10,9 @@ the libraries: versions are read from the installed distributions' metadata.
 
 A recorded call that goes through a library outside its range is not trusted to be recorded
 faithfully: :func:`unsupported_recorders` maps each recorder (``requests``, ``httpx``,
-``psycopg2``, ``psycopg``) whose calls pass through such a library to the reason, and the span processor
-makes every operation that records a call of that recorder incomplete with it (decision D4:
-it is counted and logged, never uploaded as a complete capture).
+``psycopg2``, ``psycopg``) whose calls pass through such a library to the reason, and the
+span processor makes every operation that records a call of that recorder incomplete with it
+(decision D4: it is counted and logged, never uploaded as a complete capture).
 """
 
 from __future__ import annotations
