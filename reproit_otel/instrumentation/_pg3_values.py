@@ -22,7 +22,6 @@ import datetime as dt
 import ipaddress
 import json
 import uuid
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reproit_otel.instrumentation._pg_values import (
@@ -30,6 +29,7 @@ from reproit_otel.instrumentation._pg_values import (
     UnsupportedValue,
     decode_value,
     encode_value,
+    params_shaped,
 )
 
 __all__ = ["decode", "encode_params", "served_value"]
@@ -37,11 +37,7 @@ __all__ = ["decode", "encode_params", "served_value"]
 
 def encode_params(params: Any) -> Any:
     """The ``values`` of a psycopg 3 statement: an array for positional, an object for named."""
-    if isinstance(params, Mapping):
-        return {str(key): _encode_param(item) for key, item in params.items()}
-    if isinstance(params, Sequence) and not isinstance(params, (str, bytes)):
-        return [_encode_param(item) for item in params]
-    return [_encode_param(params)]
+    return params_shaped(params, _encode_param)
 
 
 def _encode_param(value: Any) -> Any:

@@ -65,7 +65,7 @@ import decimal
 import ipaddress
 import math
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from reproit_otel.wire._js import utf16_key
@@ -77,6 +77,7 @@ __all__ = [
     "decode_value",
     "encode_params",
     "encode_value",
+    "params_shaped",
 ]
 
 TAG = "$pg"
@@ -233,11 +234,17 @@ def encode_params(params: Any) -> Any:
 
     Values that have no encoding are recorded as the SQL literal psycopg2 would send.
     """
+    return params_shaped(params, _encode_param)
+
+
+def params_shaped(params: Any, encode_one: Callable[[Any], Any]) -> Any:
+    """``params`` with each value encoded by ``encode_one``: an object for named parameters,
+    an array for positional ones (a single value is an array of one)."""
     if isinstance(params, Mapping):
-        return {str(key): _encode_param(item) for key, item in params.items()}
+        return {str(key): encode_one(item) for key, item in params.items()}
     if isinstance(params, Sequence) and not isinstance(params, (str, bytes)):
-        return [_encode_param(item) for item in params]
-    return [_encode_param(params)]
+        return [encode_one(item) for item in params]
+    return [encode_one(params)]
 
 
 def _encode_param(value: Any) -> Any:

@@ -19,7 +19,6 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
-from importlib.metadata import entry_points
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -43,11 +42,6 @@ UVICORN = str(Path(sys.executable).with_name("uvicorn"))
 HEALTHY_CUSTOMER = "11111111-1111-4111-8111-111111111111"
 BODY = {"amount": "12.50", "reference": "r-1"}
 FORM = "application/x-www-form-urlencoded"
-
-pytestmark = pytest.mark.skipif(
-    not any(e.name == "reproit" for e in entry_points(group="opentelemetry_traces_exporter")),
-    reason="the reproit entry points are not installed (pip install -e .)",
-)
 
 
 def migrate(env: Mapping[str, str]) -> None:

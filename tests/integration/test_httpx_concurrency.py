@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +36,6 @@ from tests.integration.upstream import SLOW_CHUNKS
 APPS = Path(__file__).resolve().parent / "apps"
 UVICORN = str(Path(sys.executable).with_name("uvicorn"))
 
-pytestmark = pytest.mark.skipif(
-    not any(e.name == "reproit" for e in entry_points(group="opentelemetry_traces_exporter")),
-    reason="the reproit entry points are not installed (pip install -e .)",
-)
 
 # The cold capture's upstream answers the posts last-made first; the warm one's in order.
 ORDERS = {"cold": "slow-first", "warm": "fast-first"}

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator
-from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
@@ -32,11 +31,6 @@ from tests.integration.upstream import SLOW_CHUNKS
 APPS = Path(__file__).resolve().parent / "apps"
 GUNICORN = str(Path(sys.executable).with_name("gunicorn"))
 UVICORN = str(Path(sys.executable).with_name("uvicorn"))
-
-pytestmark = pytest.mark.skipif(
-    not any(e.name == "reproit" for e in entry_points(group="opentelemetry_traces_exporter")),
-    reason="the reproit entry points are not installed (pip install -e .)",
-)
 
 
 def quote(ident: str, kind: str) -> Request:

@@ -22,7 +22,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -240,11 +239,6 @@ def test_a_database_of_before_fingerprints_is_regrouped_when_opened(store_url: s
 # --- a real application, the served ingest and the CLI ----------------------------------------
 
 
-pytestmark_real = pytest.mark.skipif(
-    not any(e.name == "reproit" for e in entry_points(group="opentelemetry_traces_exporter")),
-    reason="the reproit entry points are not installed (pip install -e .)",
-)
-
 ARTICLES_STACK = Stack(
     name="articles",
     cwd=APPS,
@@ -275,7 +269,6 @@ def _input_body(capsule: dict[str, Any]) -> Any:
     return start["input"]["body"]
 
 
-@pytestmark_real
 def test_a_route_failing_three_ways_is_three_pullable_occurrences(tmp_path: Path) -> None:
     ingest = ServedIngest(f"sqlite:///{tmp_path / 'ingest.db'}", "--api-key", KEY)
     upstream = Upstream()

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator, Mapping
-from importlib.metadata import entry_points
 from pathlib import Path
 
 import psycopg
@@ -34,13 +33,7 @@ from tests.integration.stack_support import (
 APPS = Path(__file__).resolve().parent / "apps"
 GUNICORN = str(Path(sys.executable).with_name("gunicorn"))
 
-pytestmark = [
-    pytest.mark.postgres,
-    pytest.mark.skipif(
-        not any(e.name == "reproit" for e in entry_points(group="opentelemetry_traces_exporter")),
-        reason="the reproit entry points are not installed (pip install -e .)",
-    ),
-]
+pytestmark = pytest.mark.postgres
 
 
 def create_table(env: Mapping[str, str]) -> None:

@@ -28,7 +28,6 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +43,6 @@ APP = Path(__file__).resolve().parent / "apps" / "replay_loop_app.py"
 LAUNCHER = Path(sys.executable).with_name("opentelemetry-instrument")
 KEY = "loop-key"
 CHECK_TIMEOUT_S = 180
-
-pytestmark = pytest.mark.skipif(
-    not any(e.name == "reproit" for e in entry_points(group="opentelemetry_traces_exporter")),
-    reason="the reproit entry points are not installed (pip install -e .)",
-)
 
 
 def clean_environ(**extra: str) -> dict[str, str]:

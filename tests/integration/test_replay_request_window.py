@@ -29,7 +29,6 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +46,6 @@ from tests.integration.stack_support import (
 )
 
 APP = Path(__file__).resolve().parent / "apps" / "warm_pool_app.py"
-
-pytestmark = pytest.mark.skipif(
-    not any(e.name == "reproit" for e in entry_points(group="opentelemetry_traces_exporter")),
-    reason="the reproit entry points are not installed (pip install -e .)",
-)
 
 
 def _prepare(env: Mapping[str, str]) -> None:

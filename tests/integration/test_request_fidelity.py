@@ -31,7 +31,6 @@ import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -68,11 +67,6 @@ from fidelity_logic import (  # noqa: E402  (the app folder is not a package)
 GUNICORN = str(Path(sys.executable).with_name("gunicorn"))
 UVICORN = str(Path(sys.executable).with_name("uvicorn"))
 BOUNDARY = "----fidelity7MA4YWxkTrZu0gW"
-
-pytestmark = pytest.mark.skipif(
-    not any(e.name == "reproit" for e in entry_points(group="opentelemetry_traces_exporter")),
-    reason="the reproit entry points are not installed (pip install -e .)",
-)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
-from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
@@ -31,11 +30,6 @@ from tests.integration.stack_support import (
 
 APPS = Path(__file__).resolve().parent / "apps"
 UVICORN = str(Path(sys.executable).with_name("uvicorn"))
-
-pytestmark = pytest.mark.skipif(
-    not any(e.name == "reproit" for e in entry_points(group="opentelemetry_traces_exporter")),
-    reason="the reproit entry points are not installed (pip install -e .)",
-)
 
 
 def create_tables(env: Mapping[str, str]) -> None:

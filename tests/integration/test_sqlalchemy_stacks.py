@@ -17,7 +17,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from importlib.metadata import entry_points
 from pathlib import Path
 
 import httpx
@@ -47,11 +46,6 @@ PYTHON = sys.executable
 UVICORN = str(Path(sys.executable).with_name("uvicorn"))
 HEALTHY_CUSTOMER = "11111111-1111-4111-8111-111111111111"
 BODY = {"amount": "12.50", "reference": "r-1"}
-
-pytestmark = pytest.mark.skipif(
-    not any(e.name == "reproit" for e in entry_points(group="opentelemetry_traces_exporter")),
-    reason="the reproit entry points are not installed (pip install -e .)",
-)
 
 
 def create_tables(env: Mapping[str, str]) -> None:

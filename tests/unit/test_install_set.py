@@ -77,3 +77,32 @@ def test_the_compatibility_page_names_the_pinned_releases() -> None:
         f"OpenTelemetry SDK {constraints['opentelemetry-sdk']} and the "
         f"{constraints['opentelemetry-instrumentation']} instrumentations"
     ) in text
+
+
+def test_the_installed_package_declares_its_entry_points() -> None:
+    # The launcher and the stack tests find reproit-otel through these: a checkout used without
+    # `pip install -e .` (scripts/bootstrap) fails here, by name, instead of in every stack test.
+    from importlib.metadata import entry_points
+
+    groups = (
+        "opentelemetry_traces_exporter",
+        "opentelemetry_post_instrument",
+        "opentelemetry_traces_sampler",
+        "pytest11",
+    )
+    found = {
+        (group, entry.name, entry.value)
+        for group in groups
+        for entry in entry_points(group=group)
+        if entry.value.startswith("reproit_otel")
+    }
+    assert found == {
+        ("opentelemetry_traces_exporter", "reproit", "reproit_otel.bootstrap:ReproitSpanExporter"),
+        ("opentelemetry_post_instrument", "reproit", "reproit_otel.bootstrap:post_instrument"),
+        (
+            "opentelemetry_traces_sampler",
+            "reproit_parentbased_traceidratio",
+            "reproit_otel.bootstrap:reproit_parentbased_traceidratio",
+        ),
+        ("pytest11", "reproit", "reproit_otel.pytest_plugin"),
+    }
