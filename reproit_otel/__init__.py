@@ -43,7 +43,7 @@ _EXPORTS: dict[str, str] = {
     "ORACLE_MARKER_RESOURCE": "reproit_otel.wire.trace",
     "PLACEHOLDER_KEY": "reproit_otel.redaction.core",
     "Psycopg2ReplayInstrumentor": "reproit_otel.instrumentation.psycopg2",
-    "PsycopgReplayInstrumentor": "reproit_otel.instrumentation._pg3_replay",
+    "PsycopgReplayInstrumentor": "reproit_otel.instrumentation.psycopg",
     "RecordedPgError": "reproit_otel.errors",
     "RegressionFailed": "reproit_otel.errors",
     "ReplayRNG": "reproit_otel.wire.rng",
@@ -230,9 +230,6 @@ if TYPE_CHECKING:  # pragma: no cover - static types of the lazily loaded names
         ToolCallError,
         TraceError,
     )
-    from reproit_otel.instrumentation._pg3_replay import (
-        PsycopgReplayInstrumentor,
-    )
     from reproit_otel.instrumentation.asgi import (
         ReproitASGIMiddleware,
     )
@@ -241,6 +238,9 @@ if TYPE_CHECKING:  # pragma: no cover - static types of the lazily loaded names
     )
     from reproit_otel.instrumentation.invoke import (
         boundary,
+    )
+    from reproit_otel.instrumentation.psycopg import (
+        PsycopgReplayInstrumentor,
     )
     from reproit_otel.instrumentation.psycopg2 import (
         Psycopg2ReplayInstrumentor,

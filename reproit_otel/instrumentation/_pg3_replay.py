@@ -2,9 +2,9 @@
 
 Entry points (stable names):
 
-* :class:`PsycopgReplayInstrumentor` -- ``instrument()`` / ``uninstrument()``; the replay
-  setup (:mod:`reproit_otel.replay`) installs it when ``REPROIT_REPLAY`` is set and psycopg is
-  importable. ``instrument(secret_values=(...))`` as for psycopg2.
+* :func:`replay_patches` -- what
+  :class:`~reproit_otel.instrumentation.psycopg.PsycopgReplayInstrumentor` (the replay setup
+  installs it when ``REPROIT_REPLAY`` is set and psycopg is importable) puts in place.
 * :class:`StubConnection` / :class:`AsyncStubConnection` -- what ``psycopg.connect``,
   ``Connection.connect`` (and every subclass's, ``psycopg_pool``'s ``PoolConnection``
   included) and ``AsyncConnection.connect`` return in replay.
@@ -60,14 +60,12 @@ import contextlib
 import datetime as dt
 import re
 import weakref
-from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
-
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 from reproit_otel.instrumentation._pg3_values import decode, encode_params, served_value
 from reproit_otel.instrumentation._pg_common import driver_rowcount, status_message
-from reproit_otel.instrumentation._pg_serve import diverge, serve, set_secret_values
+from reproit_otel.instrumentation._pg_serve import diverge, serve
 from reproit_otel.instrumentation._pg_transplant import transplant
 from reproit_otel.instrumentation._pg_values import column_keys
 from reproit_otel.redaction.sql import redact_sql_values
@@ -79,11 +77,11 @@ from reproit_otel.wire.statements import DEFAULT_PARAMETERS
 __all__ = [
     "AsyncStubConnection",
     "AsyncStubCursor",
-    "PsycopgReplayInstrumentor",
     "StubConnection",
     "StubCursor",
     "is_stub",
     "rebuild_error",
+    "replay_patches",
 ]
 
 _MARK = "__reproit_psycopg__"
@@ -1136,98 +1134,45 @@ def _marked(function: Any) -> Any:
     return function
 
 
-class PsycopgReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
-    """Serve every psycopg 3 connection from the active replay session (see the module doc).
+def replay_patches() -> list[tuple[Any, str, Any]]:
+    """What :class:`~reproit_otel.instrumentation.psycopg.PsycopgReplayInstrumentor` puts in
+    place, as ``(owner, attribute, replacement)``: ``psycopg.connect``, ``Connection.connect``,
+    ``AsyncConnection.connect`` (stubs), the ``psycopg.sql`` renderers and ``TypeInfo.fetch``.
+    Also gives psycopg's cursor classes :func:`_new_cursor` (once; it stays)."""
+    import psycopg
+    from psycopg import sql
+    from psycopg.types import TypeInfo
 
-    ``instrument()`` patches ``psycopg.connect``, ``Connection.connect``,
-    ``AsyncConnection.connect``, ``TypeInfo.fetch`` and the ``psycopg.sql`` renderers;
-    ``uninstrument()`` restores every original exactly.
-    The first ``instrument()`` also gives psycopg's cursor classes a ``__new__`` that stays
-    (see :func:`_hook_cursor_classes`).
-    ``instrument(secret_values=(...))`` names the values to scrub from live statements before
-    matching (default: the configured ``REPROIT_SECRET_VALUES``).
-    """
+    def connect(cls: Any, conninfo: Any = "", **options: Any) -> Any:
+        return StubConnection(conninfo, **options)
 
-    _patches: list[tuple[Any, str, Any, Any]]
+    async def connect_async(cls: Any, conninfo: Any = "", **options: Any) -> Any:
+        return AsyncStubConnection(conninfo, **options)
 
-    def instrumentation_dependencies(self) -> Collection[str]:
-        # psycopg ships with "psycopg-binary" or "psycopg-c"; the import is the real check.
-        return ()
+    def module_connect(conninfo: Any = "", **options: Any) -> Any:
+        # Not through Connection.connect: a wrapper there must not run twice, as live.
+        return StubConnection(conninfo, **options)
 
-    def _instrument(self, **kwargs: Any) -> None:
-        import psycopg
-        from psycopg.types import TypeInfo
+    patches: list[tuple[Any, str, Any]] = [
+        (psycopg.Connection, "connect", classmethod(_marked(connect))),
+        (psycopg.AsyncConnection, "connect", classmethod(_marked(connect_async))),
+        (psycopg, "connect", _marked(module_connect)),
+    ]
+    renderers = (sql.Composable, sql.Composed, sql.SQL, sql.Identifier, sql.Literal)
+    for owner in (*renderers, sql.Placeholder):
+        for method in ("as_bytes", "as_string"):
+            if method in owner.__dict__:
+                patches.append((owner, method, _without_stub(owner.__dict__[method])))
+    _hook_cursor_classes()
+    original_fetch = TypeInfo.__dict__["fetch"].__func__
 
-        self._patches = []
-        secrets = kwargs.get("secret_values")
-        if secrets is None:
-            from reproit_otel.config import load_config
+    def fetch(cls: Any, conn: Any, name: Any) -> Any:
+        if isinstance(conn, _ConnectionCore):
+            return _fetch_type_info(cls, conn, name)
+        return original_fetch(cls, conn, name)
 
-            secrets = load_config().secret_values
-        set_secret_values(tuple(secrets))
-
-        def connect(cls: Any, conninfo: Any = "", **options: Any) -> Any:
-            return StubConnection(conninfo, **options)
-
-        async def connect_async(cls: Any, conninfo: Any = "", **options: Any) -> Any:
-            return AsyncStubConnection(conninfo, **options)
-
-        def module_connect(conninfo: Any = "", **options: Any) -> Any:
-            # Not through Connection.connect: a wrapper there must not run twice, as live.
-            return StubConnection(conninfo, **options)
-
-        self._patch(psycopg.Connection, "connect", classmethod(_marked(connect)))
-        self._patch(psycopg.AsyncConnection, "connect", classmethod(_marked(connect_async)))
-        self._patch(psycopg, "connect", _marked(module_connect))
-
-        from psycopg import sql
-
-        renderers = (sql.Composable, sql.Composed, sql.SQL, sql.Identifier, sql.Literal)
-        for owner in (*renderers, sql.Placeholder):
-            for method in ("as_bytes", "as_string"):
-                if method in owner.__dict__:
-                    self._patch(owner, method, _without_stub(owner.__dict__[method]))
-
-        _hook_cursor_classes()
-        original_fetch = TypeInfo.__dict__["fetch"].__func__
-
-        def fetch(cls: Any, conn: Any, name: Any) -> Any:
-            if isinstance(conn, _ConnectionCore):
-                return _fetch_type_info(cls, conn, name)
-            return original_fetch(cls, conn, name)
-
-        self._patch(TypeInfo, "fetch", classmethod(_marked(fetch)))
-
-    def _patch(self, owner: Any, name: str, replacement: Any) -> None:
-        current = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
-        if _is_wrapper(current):
-            # OpenTelemetry's psycopg instrumentation wrapped it first: serve beneath its
-            # wrapper, so its connection handling (the traced cursor factory) still runs.
-            original = current.__wrapped__
-            current.__wrapped__ = replacement
-            self._patches.append((owner, name, original, current))
-            return
-        self._patches.append((owner, name, current, None))
-        setattr(owner, name, replacement)
-
-    def _uninstrument(self, **kwargs: Any) -> None:
-        for owner, name, original, wrapper in reversed(getattr(self, "_patches", [])):
-            if wrapper is not None:
-                wrapper.__wrapped__ = original
-            present = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name)
-            if wrapper is None or present is not wrapper:
-                # Ours, or the wrapper was removed first and left ours (or ours bound) there.
-                setattr(owner, name, original)
-        self._patches = []
-
-
-def _is_wrapper(value: Any) -> bool:
-    """A ``wrapt`` function wrapper (what OpenTelemetry instrumentations install)."""
-    try:
-        import wrapt
-    except ImportError:
-        return False
-    return isinstance(value, wrapt.FunctionWrapper)
+    patches.append((TypeInfo, "fetch", classmethod(_marked(fetch))))
+    return patches
 
 
 def _without_stub(method: Any) -> Any:

@@ -78,7 +78,7 @@ _LIBRARY_INSTRUMENTORS = (
     ("reproit_otel.instrumentation.requests", "RequestsReplayInstrumentor", "requests"),
     ("reproit_otel.instrumentation.httpx", "HttpxReplayInstrumentor", "httpx"),
     ("reproit_otel.instrumentation.psycopg2", "Psycopg2ReplayInstrumentor", "psycopg2"),
-    ("reproit_otel.instrumentation._pg3_replay", "PsycopgReplayInstrumentor", "psycopg"),
+    ("reproit_otel.instrumentation.psycopg", "PsycopgReplayInstrumentor", "psycopg"),
 )
 
 _CI_OPERATION_PREFIX = "test:"

@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from reproit_otel.instrumentation._pg3_replay import PsycopgReplayInstrumentor
+from reproit_otel.instrumentation.psycopg import PsycopgReplayInstrumentor
 from reproit_otel.replay.session import activate, deactivate
 from reproit_otel.wire.replay import ReplaySession
 from tests.integration.django_support import configure_django

@@ -27,7 +27,7 @@ from reproit_otel.capture.processor import ReproitSpanProcessor
 from reproit_otel.config import read_config
 from reproit_otel.errors import DivergedError
 from reproit_otel.instrumentation import psycopg as pg3_recorder
-from reproit_otel.instrumentation._pg3_replay import PsycopgReplayInstrumentor
+from reproit_otel.instrumentation.psycopg import PsycopgReplayInstrumentor
 from reproit_otel.instrumentation.psycopg2 import (
     Psycopg2ReplayInstrumentor,
     install_recorder,

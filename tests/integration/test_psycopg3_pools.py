@@ -21,7 +21,7 @@ import psycopg2.extras
 import pytest
 
 from reproit_otel.errors import DivergedError
-from reproit_otel.instrumentation._pg3_replay import PsycopgReplayInstrumentor
+from reproit_otel.instrumentation.psycopg import PsycopgReplayInstrumentor
 from reproit_otel.replay.session import activate, deactivate
 from reproit_otel.wire.replay import ReplaySession
 from tests.integration.pg_support import closed_port_dsn

@@ -19,7 +19,7 @@ import pytest
 from psycopg.rows import class_row, dict_row, namedtuple_row
 
 from reproit_otel.errors import DivergedError
-from reproit_otel.instrumentation._pg3_replay import PsycopgReplayInstrumentor
+from reproit_otel.instrumentation.psycopg import PsycopgReplayInstrumentor
 from reproit_otel.replay.session import activate, active_session, deactivate
 from reproit_otel.wire.replay import ReplaySession
 from tests.integration.pg_support import closed_port_dsn, record, seen
@@ -601,7 +601,7 @@ import json, sys
 sys.modules["psycopg2"] = None  # an application with psycopg 3 alone
 import psycopg
 from psycopg.rows import dict_row
-from reproit_otel.instrumentation._pg3_replay import PsycopgReplayInstrumentor
+from reproit_otel.instrumentation.psycopg import PsycopgReplayInstrumentor
 from reproit_otel.replay.session import activate
 from reproit_otel.wire.replay import ReplaySession
 
