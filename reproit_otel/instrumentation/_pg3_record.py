@@ -99,6 +99,20 @@ LIBRARY = "psycopg"
 _MARK = "__reproit_psycopg__"
 _NO_REQUEST = "the statement could not be recorded"
 _KEEP = MAX_PG_ROWS + 1  # rows read of a result: one more than recorded tells "truncated"
+
+
+def _loads_after_close() -> bool:
+    """Whether psycopg's loaders may run once their connection is closed: from 3.3.7 on.
+    Before, the C array loader reads the connection as it loads, and a closed one crashes the
+    process; there the rows to record are loaded as the statement's result arrives."""
+    try:
+        release = tuple(int(part) for part in psycopg.__version__.split(".")[:3])
+    except ValueError:
+        return True
+    return release >= (3, 3, 7)
+
+
+_EAGER = not _loads_after_close()
 _NUMERIC_OID = 1700
 
 _LASTING = frozenset({int, str, float, bool, type(None), bytes, uuid.UUID, dt.date})
@@ -141,9 +155,10 @@ class _Column:
 class _Pg3Statement(_Statement):
     """A psycopg 3 statement: the result's rows are loaded from ``results`` in ``build()``."""
 
-    __slots__ = ("failure", "results", "transformer")
+    __slots__ = ("failure", "loaded", "results", "transformer")
 
     results: list[Any] | None  # PGresults whose rows were not loaded yet
+    loaded: list[tuple[Any, ...]] | None  # a server-side cursor's rows loaded on arrival (_EAGER)
     transformer: Any
     failure: str | None  # why a server-side cursor's rows cannot be recorded
 
@@ -151,7 +166,8 @@ class _Pg3Statement(_Statement):
         results = self.results
         if results is None:
             return
-        raw: list[tuple[Any, ...]] = []
+        raw: list[tuple[Any, ...]] = self.loaded or []
+        self.loaded = None
         description: list[_Column] | None = None
         transformer = self.transformer
         for result in results:
@@ -210,6 +226,7 @@ def _new_statement(cursor: Any, query: Any, params: Any) -> _Pg3Statement:
     statement.rows = None
     statement.raw = None
     statement.results = None
+    statement.loaded = None
     statement.transformer = None
     statement.description = None
     statement.command = None
@@ -228,7 +245,7 @@ def _read_result(cursor: Any, statement: _Pg3Statement) -> None:
         return
     statement.transformer = _transformer(cursor, result)
     statement.results = [result]
-    if result.ntuples > _KEEP:  # do not keep a large result alive: load what is recorded now
+    if _EAGER or result.ntuples > _KEEP:  # a large result is not kept alive: load it now
         statement._load()
         statement.transformer = None
 
@@ -254,7 +271,7 @@ def _held(statement: _Pg3Statement) -> int:
             for row in rows:
                 value = result.get_value(row, column)
                 held += 8 if value is None else len(value)
-    for values in statement.raw or ():
+    for values in (*(statement.raw or ()), *(statement.loaded or ())):
         for value in values:
             held += len(value) if isinstance(value, (str, bytes)) else 8
     return held
@@ -420,7 +437,9 @@ def _fetch_gen(original: Callable[..., Any]) -> Callable[..., Any]:
                     kept = statement.results
                     if result is not None and result.ntuples:
                         statement.row_count += result.ntuples
-                        if kept is not None:
+                        if kept is not None and _EAGER:
+                            _load_arrived(statement, result)
+                        elif kept is not None:
                             kept.append(result)
                             if sum(r.ntuples for r in kept) >= _KEEP:
                                 # Every row to record has arrived: load them now and let go
@@ -433,6 +452,17 @@ def _fetch_gen(original: Callable[..., Any]) -> Callable[..., Any]:
         return rows
 
     return _fetch
+
+
+def _load_arrived(statement: _Pg3Statement, result: Any) -> None:
+    """Load the rows to record of a server-side cursor's FETCH as it arrives (``_EAGER``)."""
+    loaded = statement.loaded or []
+    room = _KEEP - len(loaded)
+    transformer = statement.transformer
+    if room > 0 and transformer is not None:
+        transformer.set_pgresult(result, set_loaders=False)
+        loaded.extend(transformer.load_rows(0, min(room, result.ntuples), tuple))
+    statement.loaded = loaded
 
 
 def _scroll_gen(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -603,10 +633,9 @@ _SERVER_CURSORS: Any = (psycopg.ServerCursor, psycopg.AsyncServerCursor)
 
 
 def _patches() -> list[tuple[type, str, Callable[[Callable[..., Any]], Callable[..., Any]]]]:
-    from psycopg import _server_cursor_base
-    from psycopg._connection_base import BaseConnection
-
-    mixin: type = _server_cursor_base.ServerCursorMixin
+    # By name in the classes' order: the module that holds the mixin moved in psycopg 3.3.
+    mixin: type = next(c for c in psycopg.ServerCursor.__mro__ if c.__name__ == "ServerCursorMixin")
+    BaseConnection = psycopg.BaseConnection
     return [
         (psycopg.Cursor, "execute", _execute_sync),
         (psycopg.Cursor, "executemany", _executemany_sync),

@@ -1204,7 +1204,10 @@ def _hook_cursor_classes() -> None:
     inherited from ``object`` once one was set on it (instances would then be refused their
     arguments), and the hook does nothing for a connection that is not a stub.
     """
-    from psycopg._cursor_base import BaseCursor
+    import psycopg
+
+    # By name in the classes' order: its module is private and moved between releases.
+    BaseCursor = next(c for c in psycopg.Cursor.__mro__ if c.__name__ == "BaseCursor")
 
     if "__new__" not in BaseCursor.__dict__:
         BaseCursor.__new__ = staticmethod(_marked(_new_cursor))  # type: ignore[method-assign]

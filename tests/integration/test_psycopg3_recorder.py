@@ -24,6 +24,7 @@ from psycopg.types.numeric import IntLoader
 from psycopg.types.range import Range
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from reproit_otel.instrumentation import _pg3_record
 from tests.integration import pg_support
 from tests.integration.pg3_support import record, recording
 from tests.integration.pipeline_support import ListSink
@@ -723,3 +724,43 @@ def test_the_recorder_needs_no_psycopg2(dsn: str) -> None:
         [{"qty": 20}],
     )
     assert failure["response"]["error"]["code"] == "22012"
+
+
+@pytest.mark.parametrize(
+    ("release", "after_close"),
+    [("3.2.13", False), ("3.3.6", False), ("3.3.7", True), ("3.4.0", True), ("4.0.0", True)],
+)
+def test_rows_are_loaded_after_the_request_only_where_psycopg_allows_it(
+    monkeypatch: pytest.MonkeyPatch, release: str, after_close: bool
+) -> None:
+    # Before 3.3.7 psycopg's C array loader reads the connection as it loads, and a closed
+    # connection crashes the process (docs/versions.md).
+    monkeypatch.setattr(psycopg, "__version__", release)
+    assert _pg3_record._loads_after_close() is after_close
+
+
+def test_rows_loaded_as_they_arrive_record_the_same_exchanges(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The path taken under psycopg before 3.3.7 (rows loaded while the connection is open)
+    records exactly what the deferred one does, arrays and server-side cursors included."""
+
+    def app(dsn: str) -> Any:
+        with psycopg.connect(dsn, row_factory=dict_row) as conn:
+            plain = conn.execute("SELECT ARRAY['a', 'b'] AS tags, id FROM orders ORDER BY id")
+            tags = plain.fetchall()
+            with conn.cursor(name="fetched") as cur:
+                cur.itersize = 2
+                cur.execute("SELECT id, ARRAY[id, qty] AS pair FROM orders ORDER BY id")
+                pairs = list(cur)
+        return tags, pairs  # the connection is closed before the capture is built
+
+    deferred = record(dsn, app)
+    monkeypatch.setattr(_pg3_record, "_EAGER", True)
+    eager = record(dsn, app)
+    assert eager.result == deferred.result
+    assert [e["response"] for e in eager.exchanges] == [e["response"] for e in deferred.exchanges]
+    assert [e["response"]["rows"][0] for e in eager.exchanges] == [
+        {"tags": ["a", "b"], "id": 1},
+        {"id": 1, "pair": [1, 10]},
+    ]
