@@ -35,6 +35,7 @@ from reproit_otel.config import read_config
 from reproit_otel.errors import MissingFixtureError, ToolCallError
 from reproit_otel.instrumentation.invoke import boundary
 from reproit_otel.redaction.core import SECRET_PARTS, is_secret_key
+from reproit_otel.wire.standins import materialize
 
 MARKER = "visible-marker-b71e"
 DIVERGENCE = "REPROIT:DIVERGENCE "
@@ -157,11 +158,14 @@ def _round_trip(
         error = again.value
         assert (error.code, error.status, error.cause_status) == ("Refused", 403, 503)
         seen += [str(error), str(error.cause_message)]
-        assert replayed == json.loads(
-            json.dumps(recorded)
-            .replace(planted.read, "$reproit")
-            .replace(planted.configured, "$reproit")
-            .replace(json.dumps(planted.in_result), json.dumps(_placeholder(planted.in_result)))
+        # What the fixture holds (placeholders where the secrets were), served as stand-ins.
+        assert replayed == materialize(
+            json.loads(
+                json.dumps(recorded)
+                .replace(planted.read, "$reproit")
+                .replace(planted.configured, "$reproit")
+                .replace(json.dumps(planted.in_result), json.dumps(_placeholder(planted.in_result)))
+            )
         )
         with pytest.raises(MissingFixtureError) as missing:
             fetch(f"Sent {MARKER}", _login(planted, planted.rotated), f"{planted.read}")
