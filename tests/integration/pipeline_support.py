@@ -145,8 +145,11 @@ _TRACEPARENT = re.compile(r"^00-[0-9a-f]{32}-[0-9a-f]{16}-0[0-3]$")
 def stable(events: list[Any]) -> list[dict[str, Any]]:
     """The events with per-run values replaced by their shape (after checking that shape)."""
     result: list[dict[str, Any]] = []
-    first = events[0]["sequence"]
-    for event in events:
+    # One process-wide counter: within a trace sequences strictly increase, with gaps where
+    # another operation drew a number meanwhile (PROTOCOL 2.3). Compared by rank.
+    sequences = [event["sequence"] for event in events]
+    assert sequences == sorted(set(sequences)), sequences
+    for rank, event in enumerate(events):
         copy = json.loads(json.dumps(event))
         assert re.fullmatch(r"cap-\d{13}-\d+", copy["traceId"]), copy["traceId"]
         assert copy["spanId"] == f"{copy['traceId']}:{copy['operation']}"
@@ -154,7 +157,7 @@ def stable(events: list[Any]) -> list[dict[str, Any]]:
         assert isinstance(copy.pop("at"), int) and isinstance(copy.pop("monoNs"), int)
         copy["traceId"] = "<trace>"
         copy["spanId"] = "<trace>:" + copy["operation"]
-        copy["sequence"] -= first
+        copy["sequence"] = rank
         exchange = copy.get("exchange")
         if isinstance(exchange, dict):
             headers = exchange.get("request", {}).get("headers", {})
