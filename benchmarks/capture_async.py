@@ -24,14 +24,12 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from benchmarks._common import PYTHON, ROOT, in_process_environment
+from benchmarks.capture_path import run_passes
 
-SHAPES = ("otel", "reproit-off", "reproit-on")
 WARM_UP = 200
 ROUNDS = 5
 
@@ -114,17 +112,6 @@ async def _measure(shape: str, count: int, failing: bool) -> dict[str, Any]:
     return result
 
 
-def _report(results: dict[str, list[float]], column: str, label: str) -> None:
-    """Smallest and median round median per shape, and the cost of reproit over ``otel``."""
-    print(f"{'shape':<12}{column + 'min µs':>12}{column + 'median µs':>15}")
-    for shape, values in results.items():
-        print(f"{shape:<12}{min(values):>12.0f}{statistics.median(values):>15.0f}")
-    for shape in ("reproit-off", "reproit-on"):
-        low = min(results[shape]) - min(results["otel"])
-        middle = statistics.median(results[shape]) - statistics.median(results["otel"])
-        print(f"{shape} over otel{label}: {low:+.0f} µs (min), {middle:+.0f} µs (median)")
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--passes", type=int, default=3)
@@ -136,27 +123,17 @@ def main(argv: list[str] | None = None) -> None:
         measured = asyncio.run(_measure(args.child[0], int(args.child[1]), args.failing))
         print(json.dumps(measured))
         return
-    results: dict[str, list[float]] = {shape: [] for shape in SHAPES}
-    cpu_results: dict[str, list[float]] = {shape: [] for shape in SHAPES}
-    with in_process_environment() as env:
-        for number in range(args.passes):
-            for shape in SHAPES:
-                command = [PYTHON, "-m", "benchmarks.capture_async"]
-                command += ["--child", shape, str(args.requests)]
-                command += ["--failing"] if args.failing else []
-                output = subprocess.run(
-                    command, cwd=ROOT, env=env, check=True, capture_output=True, text=True
-                ).stdout
-                document = json.loads(output.strip().splitlines()[-1])
-                results[shape].extend(document["round_medians_us"])
-                cpu_results[shape].extend(document["cpu_round_medians_us"])
-                rounds = " ".join(f"{value:.0f}" for value in document["round_medians_us"])
-                cpu = " ".join(f"{value:.0f}" for value in document["cpu_round_medians_us"])
-                reasons = document.get("incomplete_reasons")
-                shown = f"  incomplete {json.dumps(reasons)}" if reasons else ""
-                print(f"pass {number + 1} {shape:<12} {rounds}  cpu {cpu}{shown}")
-    _report(results, "", "")
-    _report(cpu_results, "cpu ", ", thread CPU")
+
+    def incomplete(document: dict[str, Any]) -> str:
+        reasons = document.get("incomplete_reasons")
+        return f"  incomplete {json.dumps(reasons)}" if reasons else ""
+
+    run_passes(
+        ["benchmarks.capture_async", *(["--failing"] if args.failing else [])],
+        args.passes,
+        args.requests,
+        incomplete,
+    )
 
 
 if __name__ == "__main__":

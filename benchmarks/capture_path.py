@@ -170,31 +170,43 @@ def main(argv: list[str] | None = None) -> None:
     if args.baseline:
         _against_baseline(Path(args.baseline).resolve(), args.passes, args.requests)
         return
+
+    def gc_note(document: dict[str, Any]) -> str:
+        if not args.gc:
+            return ""
+        return f"  gc runs {document['gc_collections']}, {document['gc_us_per_request']} µs/request"
+
+    run_passes(
+        ["benchmarks.capture_path", *(["--gc"] if args.gc else [])],
+        args.passes,
+        args.requests,
+        gc_note,
+    )
+
+
+def run_passes(
+    child: list[str], passes: int, requests: int, note: Callable[[dict[str, Any]], str]
+) -> None:
+    """Run ``python -m CHILD... --child SHAPE N`` for every shape, ``passes`` times in turn;
+    print each child's round medians (and ``note(document)``), then :func:`report_costs`."""
+    module, *options = child
     results: dict[str, list[float]] = {shape: [] for shape in SHAPES}
     cpu_results: dict[str, list[float]] = {shape: [] for shape in SHAPES}
     with in_process_environment() as env:
-        for number in range(args.passes):
+        for number in range(passes):
             for shape in SHAPES:
-                command = [PYTHON, "-m", "benchmarks.capture_path"]
-                command += ["--child", shape, str(args.requests)]
-                command += ["--gc"] if args.gc else []
+                command = [PYTHON, "-m", module, "--child", shape, str(requests), *options]
                 output = subprocess.run(
                     command, cwd=ROOT, env=env, check=True, capture_output=True, text=True
                 ).stdout
                 document = json.loads(output.strip().splitlines()[-1])
                 results[shape].extend(document["round_medians_us"])
                 cpu_results[shape].extend(document["cpu_round_medians_us"])
-                extra = ""
-                if args.gc:
-                    extra = (
-                        f"  gc runs {document['gc_collections']},"
-                        f" {document['gc_us_per_request']} µs/request"
-                    )
                 rounds = " ".join(f"{value:.0f}" for value in document["round_medians_us"])
                 cpu = " ".join(f"{value:.0f}" for value in document["cpu_round_medians_us"])
-                print(f"pass {number + 1} {shape:<12} {rounds}  cpu {cpu}{extra}")
-    _report(results, "", "")
-    _report(cpu_results, "cpu ", ", thread CPU")
+                print(f"pass {number + 1} {shape:<12} {rounds}  cpu {cpu}{note(document)}")
+    report_costs(results, "", "")
+    report_costs(cpu_results, "cpu ", ", thread CPU")
 
 
 def _against_baseline(baseline: Path, passes: int, requests: int) -> None:
@@ -238,7 +250,7 @@ def _against_baseline(baseline: Path, passes: int, requests: int) -> None:
     )
 
 
-def _report(results: dict[str, list[float]], column: str, label: str) -> None:
+def report_costs(results: dict[str, list[float]], column: str, label: str) -> None:
     """Smallest and median round median per shape, and the cost of reproit over ``otel``."""
     print(f"{'shape':<12}{column + 'min µs':>12}{column + 'median µs':>15}")
     for shape, values in results.items():
