@@ -306,3 +306,24 @@ def chart_path(out: Path, name: str) -> Path:
 
 def command_line(script: str, quick: bool) -> str:
     return f".venv/bin/python -m benchmarks.{script}" + (" --quick" if quick else "")
+
+
+def dropping_provider() -> Any:
+    """A global OpenTelemetry ``TracerProvider`` whose batches go to an exporter that receives
+    them like a real one and sends them nowhere (the benchmarks' OpenTelemetry shape)."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+
+    class DropExporter(SpanExporter):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(DropExporter()))
+    trace.set_tracer_provider(provider)
+    return provider

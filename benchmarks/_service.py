@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import psycopg2
 import requests
 from flask import Flask, jsonify, request
+
+from benchmarks._common import dropping_provider
 
 SHAPE = os.environ.get("BENCH_SHAPE", "bare")
 UPSTREAM = os.environ.get("BENCH_UPSTREAM", "http://127.0.0.1:9")
@@ -97,26 +98,11 @@ def stats() -> Any:
 
 
 def _install_opentelemetry() -> Any:
-    from opentelemetry import trace
     from opentelemetry.instrumentation.flask import FlaskInstrumentor
     from opentelemetry.instrumentation.psycopg2 import Psycopg2Instrumentor
     from opentelemetry.instrumentation.requests import RequestsInstrumentor
-    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-    from opentelemetry.sdk.trace.export import (
-        BatchSpanProcessor,
-        SpanExporter,
-        SpanExportResult,
-    )
 
-    class DropExporter(SpanExporter):
-        """Receives batches like a real exporter and sends them nowhere."""
-
-        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-            return SpanExportResult.SUCCESS
-
-    provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(DropExporter()))
-    trace.set_tracer_provider(provider)
+    provider = dropping_provider()
     FlaskInstrumentor().instrument_app(app, tracer_provider=provider)
     RequestsInstrumentor().instrument(tracer_provider=provider)
     Psycopg2Instrumentor().instrument(tracer_provider=provider, skip_dep_check=True)

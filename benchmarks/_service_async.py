@@ -17,13 +17,14 @@ one pooled keep-alive client) and one query through a psycopg 3 ``AsyncConnectio
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from typing import Any
 
 import httpx
 import psycopg
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
+
+from benchmarks._common import dropping_provider
 
 SHAPE = os.environ.get("BENCH_SHAPE", "bare")
 UPSTREAM = os.environ.get("BENCH_UPSTREAM", "http://127.0.0.1:9")
@@ -74,26 +75,11 @@ async def close() -> None:
 
 
 def _install_opentelemetry() -> Any:
-    from opentelemetry import trace
     from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
     from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
     from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
-    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-    from opentelemetry.sdk.trace.export import (
-        BatchSpanProcessor,
-        SpanExporter,
-        SpanExportResult,
-    )
 
-    class DropExporter(SpanExporter):
-        """Receives batches like a real exporter and sends them nowhere."""
-
-        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-            return SpanExportResult.SUCCESS
-
-    provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(DropExporter()))
-    trace.set_tracer_provider(provider)
+    provider = dropping_provider()
     FastAPIInstrumentor.instrument_app(app, tracer_provider=provider)
     HTTPXClientInstrumentor().instrument(tracer_provider=provider)
     PsycopgInstrumentor().instrument(tracer_provider=provider, skip_dep_check=True)
