@@ -88,6 +88,7 @@ __all__ = [
     "EffectsCompleteMode",
     "ReproitConfig",
     "Setting",
+    "given_secret_values",
     "load_config",
     "parse_spool_max",
     "read_config",
@@ -507,6 +508,12 @@ def read_config(environ: Mapping[str, str] | None = None) -> ReproitConfig:
         except ConfigurationError as exc:
             raise ConfigurationError(f"{setting.env}: {exc}") from None
     return ReproitConfig(**values)
+
+
+def given_secret_values(given: Any) -> tuple[str, ...]:
+    """The secret values a replay instrumentor was given (``instrument(secret_values=...)``),
+    else the configured ones (``REPROIT_SECRET_VALUES``)."""
+    return tuple(load_config().secret_values if given is None else given)
 
 
 def load_config(environ: Mapping[str, str] | None = None) -> ReproitConfig:

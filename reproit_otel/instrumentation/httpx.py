@@ -81,7 +81,7 @@ from reproit_otel.capture.recording import (
     registered_secret_values,
     start_exchange,
 )
-from reproit_otel.config import load_config
+from reproit_otel.config import given_secret_values
 from reproit_otel.instrumentation._httpx_record import HttpxCall
 from reproit_otel.instrumentation._httpx_replay import (
     serve_async,
@@ -309,10 +309,7 @@ class HttpxReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         return ("httpx >= 0.23",)
 
     def _instrument(self, **kwargs: Any) -> None:
-        secrets = kwargs.get("secret_values")
-        if secrets is None:
-            secrets = load_config().secret_values
-        values = tuple(secrets)
+        values = given_secret_values(kwargs.get("secret_values"))
         with _patch_lock:
             _seat(httpx.HTTPTransport, "handle_request", _replay_sync(values), _REPLAY)
             _seat(httpx.AsyncHTTPTransport, "handle_async_request", _replay_async(values), _REPLAY)

@@ -26,6 +26,8 @@ from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
+from reproit_otel.config import given_secret_values
+
 __all__ = ["PsycopgReplayInstrumentor", "install_recorder", "uninstall_recorder"]
 
 
@@ -76,12 +78,7 @@ class PsycopgReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         from reproit_otel.instrumentation._pg_serve import set_secret_values
 
         self._patches = []
-        secrets = kwargs.get("secret_values")
-        if secrets is None:
-            from reproit_otel.config import load_config
-
-            secrets = load_config().secret_values
-        set_secret_values(tuple(secrets))
+        set_secret_values(given_secret_values(kwargs.get("secret_values")))
         for owner, name, replacement in replay_patches():
             self._patch(owner, name, replacement)
 

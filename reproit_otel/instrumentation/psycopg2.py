@@ -67,6 +67,7 @@ from typing import Any
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 from reproit_otel._guard import absorb
+from reproit_otel.config import given_secret_values
 
 __all__ = ["Psycopg2ReplayInstrumentor", "install_recorder", "uninstall_recorder"]
 
@@ -161,12 +162,7 @@ class Psycopg2ReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         from reproit_otel.instrumentation import _pg_offline, _pg_replay
 
         self._patches = []
-        secrets = kwargs.get("secret_values")
-        if secrets is None:
-            from reproit_otel.config import load_config
-
-            secrets = load_config().secret_values
-        _pg_replay.set_secret_values(tuple(secrets))
+        _pg_replay.set_secret_values(given_secret_values(kwargs.get("secret_values")))
 
         def _connect(dsn: Any, connection_factory: Any = None, **_: Any) -> Any:
             cls = _pg_replay.replay_connection_class(connection_factory)

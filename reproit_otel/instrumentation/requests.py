@@ -130,7 +130,7 @@ from reproit_otel.capture.recording import (
     registered_secret_values,
     start_exchange,
 )
-from reproit_otel.config import load_config
+from reproit_otel.config import given_secret_values
 from reproit_otel.instrumentation._requests_record import RecordedCall
 from reproit_otel.instrumentation._requests_replay import (
     ReplayedBody,
@@ -338,15 +338,13 @@ class RequestsReplayInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
     def _instrument(self, **kwargs: Any) -> None:
         global _replay_original
-        secrets = kwargs.get("secret_values")
-        if secrets is None:
-            secrets = load_config().secret_values
+        secrets = given_secret_values(kwargs.get("secret_values"))
         with _patch_lock:
             current = requests.adapters.HTTPAdapter.send
             if getattr(current, "__reproit_replay__", False):
                 return
             _replay_original = current
-            requests.adapters.HTTPAdapter.send = _replay_send(tuple(secrets))  # type: ignore[method-assign]
+            requests.adapters.HTTPAdapter.send = _replay_send(secrets)  # type: ignore[method-assign]
             _patch_environment_settings()
 
     def _uninstrument(self, **kwargs: Any) -> None:
