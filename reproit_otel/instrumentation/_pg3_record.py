@@ -70,7 +70,6 @@ from psycopg.adapt import Transformer
 from reproit_otel._guard import absorb
 from reproit_otel.capture import recording
 from reproit_otel.instrumentation import _pg_setup
-from reproit_otel.instrumentation._exceptions import exception_type_name
 from reproit_otel.instrumentation._pg3_values import encode_params as encode
 from reproit_otel.instrumentation._pg_common import statement_text
 from reproit_otel.instrumentation._pg_setup import plain_select
@@ -81,6 +80,7 @@ from reproit_otel.instrumentation._pg_statement import (
     _finish,
     _note_echoes,
     _Statement,
+    pg_error_response,
 )
 from reproit_otel.wire.bounds import MAX_PG_ROWS
 
@@ -279,16 +279,10 @@ def _held(statement: _Pg3Statement) -> int:
 
 def error_response(error: BaseException) -> dict[str, Any]:
     """The recorded ``response`` of a psycopg 3 call that raised ``error``."""
-    fields: dict[str, Any] = {
-        "message": str(error),
-        "code": getattr(error, "sqlstate", None),
-        "type": exception_type_name(error),
-    }
     result = getattr(error, "pgresult", None)
     message = getattr(result, "error_message", None) if result is not None else None
-    if isinstance(message, bytes) and message:
-        fields["pgerror"] = message.decode("utf-8", "replace")
-    return {"error": fields}
+    pgerror = message.decode("utf-8", "replace") if isinstance(message, bytes) and message else None
+    return pg_error_response(error, getattr(error, "sqlstate", None), pgerror)
 
 
 # ------------------------------------------------------------------------- the hand-over

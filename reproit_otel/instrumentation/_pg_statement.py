@@ -42,7 +42,7 @@ from reproit_otel.wire._js import _JS_SPACE
 from reproit_otel.wire.bounds import MAX_PG_ROWS
 from reproit_otel.wire.statements import CONNECTION_SCOPE, SCOPE_FIELD, statement_scope
 
-__all__ = ["build_row", "error_response"]
+__all__ = ["build_row", "error_response", "pg_error_response"]
 
 # The C methods that read a client-side cursor's result (below every Python layer, so the
 # rows come back without the application's row conversions). psycopg2's only: the psycopg 3
@@ -73,13 +73,18 @@ def _request(text: str, values: Any) -> dict[str, Any]:
 
 
 def error_response(error: BaseException) -> dict[str, Any]:
-    """The recorded ``response`` of a call that raised ``error``."""
+    """The recorded ``response`` of a psycopg2 call that raised ``error``."""
+    return pg_error_response(error, getattr(error, "pgcode", None), getattr(error, "pgerror", None))
+
+
+def pg_error_response(error: BaseException, code: Any, pgerror: str | None) -> dict[str, Any]:
+    """The recorded ``response`` of a statement that raised ``error``, whichever the driver:
+    its SQLSTATE as ``code`` and libpq's error text as ``pgerror`` (when there is one)."""
     fields: dict[str, Any] = {
         "message": str(error),
-        "code": getattr(error, "pgcode", None),
+        "code": code,
         "type": exception_type_name(error),
     }
-    pgerror = getattr(error, "pgerror", None)
     if pgerror is not None:
         fields["pgerror"] = pgerror
     return {"error": fields}
