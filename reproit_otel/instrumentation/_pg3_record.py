@@ -58,8 +58,6 @@ belong to that request, and concurrent requests on one event loop never mix.
 
 from __future__ import annotations
 
-import datetime as dt
-import uuid
 import weakref
 from collections.abc import Callable, Generator
 from typing import Any
@@ -75,12 +73,12 @@ from reproit_otel.instrumentation._pg_common import statement_text
 from reproit_otel.instrumentation._pg_setup import plain_select
 from reproit_otel.instrumentation._pg_statement import (
     _INTERNAL,
-    _LATER,
     _MANY,
     _finish,
     _note_echoes,
     _Statement,
     pg_error_response,
+    take_params,
 )
 from reproit_otel.wire.bounds import MAX_PG_ROWS
 
@@ -115,8 +113,6 @@ def _loads_after_close() -> bool:
 _EAGER = not _loads_after_close()
 _NUMERIC_OID = 1700
 
-_LASTING = frozenset({int, str, float, bool, type(None), bytes, uuid.UUID, dt.date})
-_NAIVE = frozenset({dt.datetime, dt.time})  # lasting while they carry no tzinfo
 _SETUP_HEADS = frozenset("sS")
 
 _patched: list[tuple[type, str, Any]] = []
@@ -208,20 +204,7 @@ def _new_statement(cursor: Any, query: Any, params: Any) -> _Pg3Statement:
     statement.text = (
         query if type(query) is str else statement_text(query, lambda q: q.as_string(cursor))
     )
-    statement.params = None
-    if params is None:
-        statement.values = None
-    elif type(params) is tuple:
-        for item in params:
-            kind = type(item)
-            if kind not in _LASTING and (kind not in _NAIVE or item.tzinfo is not None):
-                statement.values = encode(params)
-                break
-        else:
-            statement.values = _LATER
-            statement.params = params
-    else:
-        statement.values = encode(params)
+    take_params(statement, params, encode)
     statement.response = None
     statement.rows = None
     statement.raw = None

@@ -71,8 +71,6 @@ finishes.
 
 from __future__ import annotations
 
-import datetime as dt
-import uuid
 import weakref
 from collections.abc import Callable
 from typing import Any, Literal, cast
@@ -91,7 +89,6 @@ from reproit_otel.instrumentation._pg_mixing import mixed_class
 from reproit_otel.instrumentation._pg_setup import plain_select
 from reproit_otel.instrumentation._pg_statement import (
     _INTERNAL,
-    _LATER,
     _MANY,
     _failed,
     _finish,
@@ -103,6 +100,7 @@ from reproit_otel.instrumentation._pg_statement import (
     _statement,
     build_row,
     error_response,
+    take_params,
 )
 from reproit_otel.instrumentation._pg_values import encode_params
 
@@ -127,11 +125,6 @@ _execute = _ext.cursor.execute
 _executemany = _ext.cursor.executemany
 _callproc = _ext.cursor.callproc
 _cursor = _ext.connection.cursor
-
-# Parameter types whose encoding cannot change once the statement ran: a tuple of these is
-# kept as it is and encoded only if the exchange is built (anything else is encoded at once).
-_LASTING = frozenset({int, str, float, bool, type(None), bytes, uuid.UUID, dt.date})
-_NAIVE = frozenset({dt.datetime, dt.time})  # lasting while they carry no tzinfo
 
 _SETUP_HEADS = frozenset("sS")  # statements a connection may learn from start with S
 
@@ -221,20 +214,7 @@ class RecordingCursor(_ext.cursor):
         try:
             new = _Statement()
             new.text = query if type(query) is str else statement_text(query, self._reproit_render)
-            new.params = None
-            if vars is None:
-                new.values = None
-            elif type(vars) is tuple:
-                for item in vars:
-                    kind = type(item)
-                    if kind not in _LASTING and (kind not in _NAIVE or item.tzinfo is not None):
-                        new.values = encode_params(vars)
-                        break
-                else:
-                    new.values = _LATER
-                    new.params = vars
-            else:
-                new.values = encode_params(vars)
+            take_params(new, vars, encode_params)
             new.response = None
             new.rows = None
             new.raw = None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import uuid
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -42,7 +43,7 @@ from reproit_otel.wire._js import _JS_SPACE
 from reproit_otel.wire.bounds import MAX_PG_ROWS
 from reproit_otel.wire.statements import CONNECTION_SCOPE, SCOPE_FIELD, statement_scope
 
-__all__ = ["build_row", "error_response", "pg_error_response"]
+__all__ = ["build_row", "error_response", "pg_error_response", "take_params"]
 
 # The C methods that read a client-side cursor's result (below every Python layer, so the
 # rows come back without the application's row conversions). psycopg2's only: the psycopg 3
@@ -63,6 +64,32 @@ _LATER: Any = object()  # ``_Statement.values`` of parameters encoded in build()
 # ``_Statement.params`` of an ``executemany``: ``values`` is a list of parameter sets, each
 # already redacted by the column it binds to.
 _MANY: Any = object()
+
+
+# Parameter types whose encoding cannot change once the statement ran: a tuple of these is
+# kept as it is and encoded only if the exchange is built (anything else is encoded at once).
+_LASTING = frozenset({int, str, float, bool, type(None), bytes, uuid.UUID, dt.date})
+_NAIVE = frozenset({dt.datetime, dt.time})  # lasting while they carry no tzinfo
+
+
+def take_params(statement: _Statement, params: Any, encode: Callable[[Any], Any]) -> None:
+    """Set ``statement.values`` (and ``params``) for the parameters a statement runs with:
+    ``None`` without any; a tuple of lasting scalars kept as it is (``values`` is ``_LATER``,
+    encoded by ``build()``); anything else encoded now with ``encode``, since the application
+    may change a list or a dict once the statement ran."""
+    statement.params = None
+    if params is None:
+        statement.values = None
+    elif type(params) is tuple:
+        for item in params:
+            kind = type(item)
+            if kind not in _LASTING and (kind not in _NAIVE or item.tzinfo is not None):
+                statement.values = encode(params)
+                return
+        statement.values = _LATER
+        statement.params = params
+    else:
+        statement.values = encode(params)
 
 
 def _request(text: str, values: Any) -> dict[str, Any]:
