@@ -251,15 +251,17 @@ def tables(postgres_dsn: str) -> Iterator[str]:
 
 
 STACKS = {"sqlalchemy": SqlAlchemyApp, "django": DjangoApp}
-POOLS = [(True, True), (True, False), (False, True), (False, False)]
+# Whether the pool was warmed by an earlier request when the capture was recorded, and when it
+# is replayed: every combination.
+pool_states = pytest.mark.parametrize(
+    ("recorded_warm", "replayed_warm"),
+    [(True, True), (True, False), (False, True), (False, False)],
+    ids=["warm-warm", "warm-cold", "cold-warm", "cold-cold"],
+)
 
 
 @pytest.mark.parametrize("stack", sorted(STACKS))
-@pytest.mark.parametrize(
-    ("recorded_warm", "replayed_warm"),
-    POOLS,
-    ids=["warm-warm", "warm-cold", "cold-warm", "cold-cold"],
-)
+@pool_states
 def test_pool_state_never_makes_a_faithful_replay_diverge(
     tables: str, stack: str, recorded_warm: bool, replayed_warm: bool
 ) -> None:

@@ -25,7 +25,12 @@ from reproit_otel.instrumentation.psycopg import PsycopgReplayInstrumentor
 from reproit_otel.replay.session import activate, deactivate
 from reproit_otel.wire.replay import ReplaySession
 from tests.integration.pg_support import closed_port_dsn
-from tests.integration.test_pg_connection_scope import SqlAlchemyApp, record, tables
+from tests.integration.test_pg_connection_scope import (
+    SqlAlchemyApp,
+    pool_states,
+    record,
+    tables,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -280,15 +285,10 @@ STACKS = {
     "sqlalchemy": (SqlAlchemyApp, SqlAlchemyPsycopgApp),
     "sqlalchemy-asyncio": (SqlAlchemyApp, SqlAlchemyAsyncApp),
 }
-POOLS = [(True, True), (True, False), (False, True), (False, False)]
 
 
 @pytest.mark.parametrize("stack", sorted(STACKS))
-@pytest.mark.parametrize(
-    ("recorded_warm", "replayed_warm"),
-    POOLS,
-    ids=["warm-warm", "warm-cold", "cold-warm", "cold-cold"],
-)
+@pool_states
 def test_a_pooled_psycopg3_request_replays_as_recorded(
     tables: str, stack: str, recorded_warm: bool, replayed_warm: bool
 ) -> None:
