@@ -19,6 +19,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# What every benchmark's JSON says of the machine it ran on.
+MACHINE_FIELDS = {"nproc", "cpu_model", "python", "implementation", "platform"}
 
 needs_gunicorn = pytest.mark.skipif(
     not Path(sys.executable).with_name("gunicorn").exists() and shutil.which("gunicorn") is None,
@@ -52,13 +54,7 @@ def _run(name: str, out: Path, postgres_dsn: str | None = None) -> dict[str, Any
     assert (out / f"{name}.png").read_bytes()[:8] == PNG_SIGNATURE
     document: dict[str, Any] = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
     assert (document["benchmark"], document["quick"]) == (name, True)
-    assert set(document["machine"]) == {
-        "nproc",
-        "cpu_model",
-        "python",
-        "implementation",
-        "platform",
-    }
+    assert set(document["machine"]) == MACHINE_FIELDS
     return document
 
 
@@ -210,13 +206,7 @@ def test_capture_paired_quick(tmp_path: Path, postgres_dsn: str) -> None:
     done = _benchmark("capture_paired", "--quick", "--json", str(out), env=env)
     document: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
     assert (document["benchmark"], document["quick"]) == ("capture_paired", True)
-    assert set(document["machine"]) == {
-        "nproc",
-        "cpu_model",
-        "python",
-        "implementation",
-        "platform",
-    }
+    assert set(document["machine"]) == MACHINE_FIELDS
     estimate = {"mean", "low", "high", "trimmed", "trimmed_low", "trimmed_high", "n"}
     ratio = {"ratio", "low", "high"}
     paired = document["paired"]
