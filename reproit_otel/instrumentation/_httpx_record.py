@@ -41,16 +41,12 @@ from reproit_otel.instrumentation._requests_record import (
     describe_error,
     effect_key,
     recorded_url,
+    request_fields,
     resource_of,
+    response_fields,
 )
-from reproit_otel.redaction.body import redact_text_body
-from reproit_otel.redaction.core import redact_url
-from reproit_otel.wire.bounds import bounded_body, bounded_headers, is_event_stream
-from reproit_otel.wire.exact_body import EXACT_BYTES_FIELD
 
 __all__ = ["HttpxCall", "request_content"]
-
-_URL_HEADERS = ("location", "content-location", "referer")
 
 
 def _pairs(raw: Any) -> list[tuple[str, str]]:
@@ -205,13 +201,7 @@ class HttpxCall:
             url = recorded_url(self._url)
             pairs = _pairs(self._request_headers)
             content_type = _content_type(pairs)
-            request: dict[str, Any] = {"method": self._method, "url": url}
-            request.update(_url_headers_redacted(bounded_headers(pairs)))
-            body = self._request_body
-            if body is None:
-                request.update(bounded_body(None, content_type))
-            else:
-                request.update(_text_body_redacted(body.fields(content_type), content_type))
+            request = request_fields(self._method, url, pairs, content_type, self._request_body)
             exchange = {"protocol": "http", "request": request, "response": self._response()}
             return resource_of(url), effect_key(self._method, url), exchange
         raise Unrecordable("the exchange could not be recorded")
@@ -219,40 +209,10 @@ class HttpxCall:
     def _response(self) -> dict[str, Any]:
         if self._status is None:
             return {"error": self._error}
-        response: dict[str, Any] = {"status": self._status}
         pairs = _pairs(self._response_headers)
-        content_type = _content_type(pairs)
-        response.update(_url_headers_redacted(bounded_headers(pairs)))
-        tap = self._response_body
-        body = tap.fields(content_type, exact=True)
-        text = body.get("body")
-        body = _text_body_redacted(body, content_type)
-        if body.get("body") != text:  # redacted: the exact bytes would still hold it
-            body.pop(EXACT_BYTES_FIELD, None)
-        response.update(body)
-        if "body" in body:
-            stream = tap.stream(is_event_stream(content_type))
-            if stream is not None:
-                response["stream"] = stream
-        if self._error is not None:
-            response["error"] = self._error
-        return response
-
-
-def _url_headers_redacted(fields: dict[str, Any]) -> dict[str, Any]:
-    headers = fields.get("headers")
-    if headers:
-        for name in _URL_HEADERS:
-            value = headers.get(name)
-            if isinstance(value, str):
-                headers[name] = redact_url(value)
-    return fields
-
-
-def _text_body_redacted(fields: dict[str, Any], content_type: str | None) -> dict[str, Any]:
-    if "body" in fields:
-        fields["body"] = redact_text_body(fields["body"], content_type)
-    return fields
+        return response_fields(
+            self._status, pairs, _content_type(pairs), self._response_body, self._error
+        )
 
 
 def _record_piece(call: HttpxCall, piece: bytes) -> None:

@@ -407,13 +407,9 @@ class RecordedCall:
             method = _text(self._method or "")
             url = recorded_url(self._url)
             items, content_type = _headers_of(self._request_headers, self._request_type)
-            request: dict[str, Any] = {"method": method, "url": url}
-            request.update(_url_headers_redacted(bounded_headers(_header_pairs(items))))
-            body = self._request_body
-            if body is None:
-                request.update(bounded_body(None, content_type))
-            else:
-                request.update(_text_body_redacted(body.fields(content_type), content_type))
+            request = request_fields(
+                method, url, _header_pairs(items), content_type, self._request_body
+            )
             exchange = {"protocol": "http", "request": request, "response": self._response()}
             return resource_of(url), effect_key(method, url), exchange
         raise Unrecordable("the exchange could not be recorded")
@@ -421,23 +417,57 @@ class RecordedCall:
     def _response(self) -> dict[str, Any]:
         if self._status is None:  # the transport raised: its error is the response
             return {"error": self._error}
-        response: dict[str, Any] = {"status": self._status}
         items, content_type = _headers_of(self._response_headers, self._response_type)
-        response.update(_url_headers_redacted(bounded_headers(_header_pairs(items))))
-        tap = self._tap()
-        body = tap.fields(content_type, exact=True)
-        text = body.get("body")
-        body = _text_body_redacted(body, content_type)
-        if body.get("body") != text:  # redacted: the exact bytes would still hold it
-            body.pop(EXACT_BYTES_FIELD, None)
-        response.update(body)
-        if "body" in body:
-            stream = tap.stream(is_event_stream(content_type))
-            if stream is not None:
-                response["stream"] = stream
-        if self._error is not None:
-            response["error"] = self._error
-        return response
+        return response_fields(
+            self._status, _header_pairs(items), content_type, self._tap(), self._error
+        )
+
+
+def request_fields(
+    method: str,
+    url: str,
+    pairs: list[tuple[str, str]],
+    content_type: str | None,
+    body: BodyTap | None,
+) -> dict[str, Any]:
+    """An HTTP exchange's ``request`` (PROTOCOL 4.1) from a recorder's snapshots: the
+    bounded headers with URL-valued ones redacted, and the bounded body redacted by the
+    names inside it. Shared by the requests and httpx recorders."""
+    request: dict[str, Any] = {"method": method, "url": url}
+    request.update(_url_headers_redacted(bounded_headers(pairs)))
+    if body is None:
+        request.update(bounded_body(None, content_type))
+    else:
+        request.update(_text_body_redacted(body.fields(content_type), content_type))
+    return request
+
+
+def response_fields(
+    status: int,
+    pairs: list[tuple[str, str]],
+    content_type: str | None,
+    tap: BodyTap,
+    error: ErrorFields | None,
+) -> dict[str, Any]:
+    """An HTTP exchange's ``response`` (PROTOCOL 4.1, 4.5) from a recorder's snapshots: the
+    status, the bounded headers, the body (its exact bytes dropped when redaction changed
+    it, since they would still hold what was redacted), the chunk boundaries, and the read
+    error next to them. Shared by the requests and httpx recorders."""
+    response: dict[str, Any] = {"status": status}
+    response.update(_url_headers_redacted(bounded_headers(pairs)))
+    body = tap.fields(content_type, exact=True)
+    text = body.get("body")
+    body = _text_body_redacted(body, content_type)
+    if body.get("body") != text:
+        body.pop(EXACT_BYTES_FIELD, None)
+    response.update(body)
+    if "body" in body:
+        stream = tap.stream(is_event_stream(content_type))
+        if stream is not None:
+            response["stream"] = stream
+    if error is not None:
+        response["error"] = error
+    return response
 
 
 # Headers whose value is a URL: an OAuth redirect carries its token in the Location fragment.
