@@ -12,8 +12,10 @@ psycopg2 query, called as a WSGI application) runs in one fresh process per shap
 healthy requests). After 300 warm-up requests, a profile hook counts, over N requests, every
 call made from a frame of ``reproit_otel`` (calls into the libraries it wraps included, the
 libraries' own calls not). Prints calls per request by module, and with ``--functions`` the
-functions that make the most. Writes nothing. Deterministic: the same code gives the same
-counts on any machine.
+functions that make the most. A third child, ``floor`` (OpenTelemetry and the reference-keeping
+stand-in of ``benchmarks/_floor.py`` switched on, as ``capture_paired.py`` measures it), counts
+the calls made from the floor's frames the same way: the bar capture's count is held against.
+Writes nothing. Deterministic: the same code gives the same counts on any machine.
 
 ``--child SHAPE N`` is the child's own entry point.
 """
@@ -32,6 +34,7 @@ from benchmarks._common import PYTHON, ROOT, in_process_environment
 
 SHAPES = ("reproit-off", "reproit-on")
 _PACKAGE = "reproit_otel/"
+_FLOOR = "benchmarks/_floor.py"
 
 
 def _owner(frame: FrameType) -> str | None:
@@ -43,10 +46,26 @@ def _owner(frame: FrameType) -> str | None:
     return f"{path[at + len(_PACKAGE) :]}:{frame.f_code.co_name}"
 
 
+def _floor_owner(frame: FrameType) -> str | None:
+    """``_floor.py:function`` when ``frame`` runs the floor's code, else None."""
+    if not frame.f_code.co_filename.endswith(_FLOOR):
+        return None
+    return f"_floor.py:{frame.f_code.co_name}"
+
+
 def _child(shape: str, count: int) -> dict[str, Any]:
     from benchmarks.capture_path import in_process_driver
 
-    one = in_process_driver(shape)
+    owner = _owner
+    if shape == "floor":
+        from benchmarks import _floor
+
+        one = in_process_driver("otel")
+        _floor.install()  # before the first request: the service connects on its first
+        _floor.state.active = True
+        owner = _floor_owner
+    else:
+        one = in_process_driver(shape)
     for index in range(300):
         one(index)
     counts: collections.Counter[str] = collections.Counter()
@@ -54,13 +73,13 @@ def _child(shape: str, count: int) -> dict[str, Any]:
     def profile(frame: FrameType, event: str, arg: object) -> None:
         if event == "call":
             caller = frame.f_back
-            owner = None if caller is None else _owner(caller)
+            name = None if caller is None else owner(caller)
         elif event == "c_call":
-            owner = _owner(frame)
+            name = owner(frame)
         else:
             return
-        if owner is not None:
-            counts[owner] += 1
+        if name is not None:
+            counts[name] += 1
 
     sys.setprofile(profile)
     try:
@@ -88,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     per_request: dict[str, dict[str, float]] = {}
     with in_process_environment() as env:
-        for shape in SHAPES:
+        for shape in (*SHAPES, "floor"):
             command = [PYTHON, "-m", "benchmarks.capture_calls"]
             command += ["--child", shape, str(args.requests)]
             output = subprocess.run(
@@ -98,6 +117,7 @@ def main(argv: list[str] | None = None) -> None:
             per_request[shape] = {
                 name: count / document["requests"] for name, count in document["calls"].items()
             }
+    floor = per_request.pop("floor")
     modules: dict[str, dict[str, float]] = {shape: {} for shape in SHAPES}
     for shape, calls in per_request.items():
         for name, count in calls.items():
@@ -113,6 +133,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{name:<44}{off:>12.1f}{on:>12.1f}")
     totals = {shape: sum(calls.values()) for shape, calls in per_request.items()}
     print(f"{'total':<44}{totals['reproit-off']:>12.1f}{totals['reproit-on']:>12.1f}")
+    print(f"{'the floor (benchmarks/_floor.py), on':<44}{'':>12}{sum(floor.values()):>12.1f}")
     if args.functions:
         print("\nfunctions making the most calls, capture on (per request):")
         ranked = sorted(per_request["reproit-on"].items(), key=lambda item: -item[1])

@@ -139,7 +139,8 @@ def test_capture_path_against_a_baseline_smoke() -> None:
 
 def test_capture_calls_smoke() -> None:
     # Calls per request by module, capture off and on: every hook of the healthy path shows
-    # up, and capture on makes more calls than capture off (counts, not timings).
+    # up, capture on makes more calls than capture off, and the floor's count is printed
+    # beside them (counts, not timings).
     done = _benchmark("capture_calls", "--requests", "20", "--functions", "5")
     rows: dict[str, list[float]] = {}
     for line in done.stdout.splitlines():
@@ -155,6 +156,8 @@ def test_capture_calls_smoke() -> None:
         assert module in rows, module
     off, on = rows["total"]
     assert on > off > 0
+    floor = [line for line in done.stdout.splitlines() if line.startswith("the floor ")]
+    assert len(floor) == 1 and float(floor[0].split()[-1]) > 0, floor
     assert "functions making the most calls" in done.stdout
 
 
