@@ -224,7 +224,16 @@ class ExchangeBinding(recording.ExchangeRecorder):
     """One exchange of an operation: the recorder a recorder reports to, and its own handle
     (one object per call instead of two)."""
 
-    __slots__ = ("adoptable", "beside", "issued", "operation", "span_id", "state", "target")
+    __slots__ = (
+        "adoptable",
+        "beside",
+        "counts_held",
+        "issued",
+        "operation",
+        "span_id",
+        "state",
+        "target",
+    )
 
     def __init__(
         self,
@@ -252,6 +261,7 @@ class ExchangeBinding(recording.ExchangeRecorder):
         pending, before the operation was eager: it covers that span when it has no other."""
         self.issued = issued
         """The exchange's place in the order the operation's calls were issued (started)."""
+        self.counts_held = operation._settings.budget > 0
 
     def finish_deferred(self, effect: str, build: DeferredExchange, held: int = 0) -> None:
         """:meth:`recording.ExchangeRecorder.finish_deferred`, handed straight to the

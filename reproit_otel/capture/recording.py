@@ -191,6 +191,11 @@ class ExchangeRecorder:
 
     __slots__ = ("_handle", "_owner", "_unclaimed", "library")
 
+    counts_held: bool = False
+    """Whether the owner reads :meth:`finish_deferred`'s ``held`` (an operation with a capture
+    budget). When false a recorder passes 0 instead of counting what a call keeps, which for
+    a large result costs more than the rest of the call's recording."""
+
     def __init__(self, owner: ExchangeOwner, handle: object, library: str) -> None:
         """``handle`` is what ``owner``'s methods are called with (``None``: this recorder
         itself, for an owner whose handle class is a subclass of this one)."""

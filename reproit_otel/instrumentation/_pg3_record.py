@@ -329,7 +329,7 @@ def _ran(
         text = statement.text
         if text[:1] in _SETUP_HEADS and not plain_select(text):
             _learn(cursor, text, params, statement, recorder.owner)
-        _finish(recorder, statement, _held(statement))
+        _finish(recorder, statement, _held(statement) if recorder.counts_held else 0)
     except Exception as exc:
         recorder.fail(_INTERNAL)
         absorb("psycopg.record", exc)
@@ -388,7 +388,7 @@ def _settle(cursor: Any) -> None:
         # Rows of several FETCH results are loaded here, on the application's thread, so that
         # build() never shares the transformer between results.
         statement._load()
-        _finish(recorder, statement, _held(statement))
+        _finish(recorder, statement, _held(statement) if recorder.counts_held else 0)
     except Exception as exc:
         recorder.fail(_INTERNAL)
         absorb("psycopg.record", exc)

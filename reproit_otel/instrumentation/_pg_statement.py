@@ -337,11 +337,12 @@ def _finish(
 ) -> None:
     """Hand the exchange over; it is built only when it is wanted.
 
-    ``held`` is :func:`_held` of the statement when the caller already counted it.
+    ``held`` is :func:`_held` of the statement when the caller already counted it; it is
+    counted only for an operation with a capture budget (``counts_held``).
     """
     text = statement.text
     if held is None:
-        held = _held(statement)
+        held = _held(statement) if recorder.counts_held else 0
     if text[:6] in _SELECT_HEADS or text[:4] in _SHOW_HEADS:
         recorder.finish_deferred("read", statement.build, held)
     else:

@@ -17,6 +17,8 @@ TEXTS = st.text(alphabet=ALPHABET, max_size=12)
 
 
 class _Recorder:
+    counts_held = False  # as ExchangeRecorder: no capture budget
+
     def __init__(self) -> None:
         self.effects: list[str] = []
 
