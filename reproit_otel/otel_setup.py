@@ -422,10 +422,10 @@ def warn_at_startup(environ: Mapping[str, str]) -> list[Problem]:
 
     Installed versions outside the support matrix (:mod:`reproit_otel.supported`), version
     disagreements and the instrumentations of libraries already imported are reported at
-    once (reproit-otel's own hooks import the ones it patches when they are installed: Flask,
-    Django, Starlette, requests, httpx, psycopg2); a library imported later (FastAPI) is reported at
-    its first import. Called once per process (a second call
-    does nothing).
+    once (reproit-otel's recorders import requests, httpx and psycopg2 when they are
+    installed); a library imported later (Flask, Django, FastAPI: reproit-otel hooks them when
+    the application imports them) is reported at its first import. Called once per process (a
+    second call does nothing).
     """
     global _watch
     if _watch is not None:
