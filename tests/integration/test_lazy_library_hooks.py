@@ -4,7 +4,8 @@ A fresh interpreter configures capture (the uploader pointed at a real loopback 
 installs reproit-otel, and only then imports Flask, Django's WSGI handler, PyJWT,
 python-jose, Flask-Login and itsdangerous, the way an application does after start-up: the
 hooks must be in place at that moment, and a failing request through a Flask app created after
-install must reach the ingest.
+install must reach the ingest. ``uninstall()`` drops the hooks still waiting, so a library
+imported after it is left as it is.
 """
 
 from __future__ import annotations
@@ -166,3 +167,68 @@ def _outline(event: dict[str, Any]) -> tuple[str, str]:
     """An event's kind and what it is about (name, subject, or a failure's signature)."""
     about = event.get("name") or event.get("subject") or event["failure"]["signature"]
     return event["kind"], about
+
+
+UNINSTALL_SCRIPT = """
+import json, sys
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+
+trace.set_tracer_provider(TracerProvider())
+from reproit_otel import _import_hooks, bootstrap
+
+bootstrap.install()
+report = {"waiting": _import_hooks.pending()}
+bootstrap.uninstall()
+report["after_uninstall"] = _import_hooks.pending()
+report["finder_left"] = all(entry is not _import_hooks._FINDER for entry in sys.meta_path)
+import flask
+import jwt
+
+report["flask_patched"] = "_reproit_original_call" in flask.Flask.__dict__
+report["jwt_patched"] = hasattr(jwt.api_jwt.PyJWT.decode_complete, "__wrapped__")
+report["flask_error_receivers"] = len(flask.got_request_exception.receivers)
+print(json.dumps(report))
+"""
+
+
+def test_uninstall_drops_the_hooks_still_waiting_for_their_import() -> None:
+    env = {
+        **os.environ,
+        "REPROIT_ENDPOINT": "http://127.0.0.1:9/v1/capture-batches",
+        "REPROIT_API_KEY": "k",
+        "REPROIT_APP_ID": "late-imports",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", UNINSTALL_SCRIPT],
+        cwd=ROOT,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert json.loads(done.stdout) == {
+        "waiting": {
+            "flask": 2,  # the middleware and the error receiver
+            "starlette.applications": 1,
+            "django.core.handlers.wsgi": 1,
+            "django.core.handlers.asgi": 1,
+            "itsdangerous.serializer": 1,
+            "itsdangerous.timed": 1,
+            "flask_login.login_manager": 1,
+            "django.core.signing": 1,
+            "django.contrib.auth": 1,
+            "django.middleware.csrf": 1,
+            "jwt.api_jwt": 1,
+            "jose.jwt": 1,
+            "django.core.signals": 1,
+            "starlette.middleware.errors": 1,
+        },
+        "after_uninstall": {},
+        "finder_left": True,
+        "flask_patched": False,
+        "jwt_patched": False,
+        "flask_error_receivers": 0,
+    }
