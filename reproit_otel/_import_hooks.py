@@ -53,9 +53,10 @@ if TYPE_CHECKING:
 
 from reproit_otel._guard import guarded
 
-__all__ = ["forget", "pending", "when_imported"]
+__all__ = ["Hook", "forget", "pending", "when_imported"]
 
 Hook = Callable[[ModuleType], object]
+"""A post-import hook: called with the imported module; what it returns is ignored."""
 
 _lock = threading.Lock()
 _hooks: dict[str, list[Hook]] = {}
@@ -201,6 +202,8 @@ class _Wrapped:
         self.real = real
 
     def __getattr__(self, attribute: str) -> Any:
+        if attribute == "real":  # not set yet (a copy being made): no recursion
+            raise AttributeError(attribute)
         return getattr(self.real, attribute)
 
     def _restore(self, module: ModuleType) -> None:

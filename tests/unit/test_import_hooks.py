@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.machinery
+import importlib.util
 import sys
 import threading
 import uuid
@@ -86,6 +87,10 @@ def test_a_later_import_runs_the_hook_once_after_the_module_ran(place: Path) -> 
     seen_values: list[int] = []
     when_imported(name, lambda module: seen_values.append(module.VALUE))
     assert (seen_values, pending(), _finder_placed()) == ([], {name: 1}, True)
+    # Looking the module up (doctor does) is not importing it.
+    found = importlib.util.find_spec(name)
+    assert found is not None and found.loader.get_source(name) == "VALUE = 42\n"
+    assert (seen_values, pending()) == ([], {name: 1})
     module = importlib.import_module(name)
     assert seen_values == [42]
     assert (pending(), _finder_placed()) == ({}, False)
