@@ -38,11 +38,12 @@ What :func:`install` does (once per provider; a second call returns the same pro
    uploader as its sink when capture is configured (``REPROIT_ENDPOINT``, ``REPROIT_API_KEY``,
    ``REPROIT_APP_ID``) and the debug dump when ``REPROIT_DEBUG_DUMP`` is set;
 4. installs the recorders (``requests``, ``httpx``, ``psycopg2``, ``psycopg``) whose library
-   is importable, the SQLAlchemy hook (``instrumentation/sqlalchemy.py``), the inbound
-   middleware patches for Flask, Starlette/FastAPI and Django (WSGI and ASGI), and the
-   credential checks
-   (``instrumentation/credentials.py``: signed sessions, CSRF tokens, JWTs) whose library is
-   importable.
+   is importable and the SQLAlchemy hook (``instrumentation/sqlalchemy.py``); the inbound
+   middleware patches for Flask, Starlette/FastAPI and Django (WSGI and ASGI) and the
+   credential checks (``instrumentation/credentials.py``: signed sessions, CSRF tokens, JWTs)
+   are applied when the application imports the module each patches (``_import_hooks.py``),
+   at once for one it imported already: a library the service never imports is never
+   imported for it.
 
 Our own traffic is never recorded: recorders ignore calls made under OpenTelemetry's
 ``suppress_instrumentation``, which the uploader sets.
@@ -78,6 +79,7 @@ from opentelemetry.sdk.trace.sampling import (
 )
 
 from reproit_otel._guard import guarded
+from reproit_otel._import_hooks import Hook, forget, when_imported
 from reproit_otel._local_log import install_local_fallback, uninstall_local_fallback
 from reproit_otel._stderr import ensure_visible
 from reproit_otel.capture.processor import DebugDumpSink, OperationSink, ReproitSpanProcessor
@@ -119,6 +121,8 @@ _lock = threading.RLock()
 _processors: weakref.WeakKeyDictionary[Any, ReproitSpanProcessor] = weakref.WeakKeyDictionary()
 _patched = False
 _replaying = False
+_waiting: list[tuple[str, Hook]] = []
+"""The import hooks :func:`_install_library_hooks` placed (dropped by :func:`uninstall`)."""
 
 
 def _sinks(config: ReproitConfig) -> list[OperationSink]:
@@ -152,17 +156,33 @@ def _install_library_hooks() -> None:
                 _log.debug("reproit-otel: recorder %s not installed: %s", module_name, exc)
                 continue
             module.install_recorder()
-    from reproit_otel.instrumentation import asgi, django, wsgi  # after the guard
-
-    with guarded("bootstrap.flask"):
-        wsgi.install_flask()
-    with guarded("bootstrap.starlette"):
-        asgi.install_starlette()
-    with guarded("bootstrap.django"):
-        django.install_django()
-    with guarded("bootstrap.credentials"):
-        importlib.import_module("reproit_otel.instrumentation.credentials").install_credentials()
+    with guarded("bootstrap.import_hooks"):
+        for module_name, hook in _import_hooks_to_place():
+            _waiting.append((module_name, hook))
+            when_imported(module_name, hook)
     _install_error_hooks()
+
+
+def _import_hooks_to_place() -> list[tuple[str, Hook]]:
+    """The optional libraries' hooks, each applied when the application imports its module.
+
+    A service that never imports Flask, Starlette, Django or a credential library pays
+    nothing for them: none is imported at start-up (``_import_hooks.py``). One already
+    imported is patched at once.
+    """
+    from reproit_otel.instrumentation import asgi, credentials, django, wsgi  # after the guard
+
+    def calling(install: Callable[[], object]) -> Hook:
+        return lambda module: install()
+
+    hooks: list[tuple[str, Hook]] = [
+        ("flask", calling(wsgi.install_flask)),
+        (asgi.APPLICATIONS_MODULE, calling(asgi.install_starlette)),
+        (django.WSGI_HANDLER_MODULE, calling(django.install_django_wsgi)),
+        (django.ASGI_HANDLER_MODULE, calling(django.install_django_asgi)),
+    ]
+    hooks += [(name, credentials.install_seams_of) for name in credentials.SEAM_MODULES]
+    return hooks
 
 
 def _install_error_hooks() -> None:
@@ -289,6 +309,8 @@ def uninstall() -> None:
         _processors.clear()
         set_identity_key(None)
         if _patched:
+            while _waiting:
+                forget(*_waiting.pop())
             for module_name in _RECORDERS:
                 with guarded(f"bootstrap.uninstall[{module_name}]"):
                     try:

@@ -27,13 +27,15 @@ import difflib
 import importlib.metadata
 import importlib.util
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
+
+from reproit_otel._import_hooks import when_imported
 
 __all__ = [
     "INSTALL_TESTED_SET",
@@ -392,29 +394,17 @@ def _say(problem: Problem) -> None:
         return
 
 
-class _ImportWatch:
-    """A meta path finder that finds nothing: it notices the first import of a library.
+def _say_at_import(problem: Problem) -> Callable[[ModuleType], None]:
+    """A post-import hook writing ``problem`` (worked out at start-up: no metadata I/O while
+    the application imports)."""
 
-    A library whose instrumentation is active was imported by its instrumentor at start-up,
-    so an import reaching this finder afterwards is one OpenTelemetry does not trace. The
-    warning was worked out at start-up; here it is only written (no lock, no metadata I/O
-    under the import lock).
-    """
+    def say(module: ModuleType) -> None:
+        _say(problem)
 
-    def __init__(self, pending: dict[str, Problem]) -> None:
-        self.pending = pending
-
-    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
-        if name in self.pending:
-            problem = self.pending.pop(name, None)
-            if problem is not None:
-                _say(problem)
-
-    def invalidate_caches(self) -> None:
-        """Nothing cached."""
+    return say
 
 
-_watch: _ImportWatch | None = None
+_warned = False
 
 
 def warn_at_startup(environ: Mapping[str, str]) -> list[Problem]:
@@ -422,14 +412,15 @@ def warn_at_startup(environ: Mapping[str, str]) -> list[Problem]:
 
     Installed versions outside the support matrix (:mod:`reproit_otel.supported`), version
     disagreements and the instrumentations of libraries already imported are reported at
-    once (reproit-otel's own hooks import the ones it patches when they are installed: Flask,
-    Django, Starlette, requests, httpx, psycopg2); a library imported later (FastAPI) is reported at
-    its first import. Called once per process (a second call
-    does nothing).
+    once (reproit-otel's recorders import requests, httpx and psycopg2 when they are
+    installed); a library imported later (Flask, Django, FastAPI: reproit-otel hooks them when
+    the application imports them) is reported at its first import. Called once per process (a
+    second call does nothing).
     """
-    global _watch
-    if _watch is not None:
+    global _warned
+    if _warned:
         return []
+    _warned = True
     from reproit_otel.supported import unsupported_problems
 
     problems = unsupported_problems() + version_problems()
@@ -446,8 +437,8 @@ def warn_at_startup(environ: Mapping[str, str]) -> list[Problem]:
             later[library.module] = _why_inactive(library, environ)
     for problem in problems:
         _say(problem)
-    _watch = _ImportWatch(later)
-    if later:
-        # First, so the import is seen before a finder resolves it; it never resolves one.
-        sys.meta_path.insert(0, _watch)
+    for module_name, problem in later.items():
+        # A library whose instrumentation is active was imported by its instrumentor at
+        # start-up, so its first import from now on is one OpenTelemetry does not trace.
+        when_imported(module_name, _say_at_import(problem))
     return problems

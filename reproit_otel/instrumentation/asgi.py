@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import Awaitable, Callable, MutableMapping
 from functools import partial
 from typing import Any
@@ -314,6 +315,9 @@ class ReproitASGIMiddleware:
 
 _PATCH_MARK = "_reproit_original_call"
 
+APPLICATIONS_MODULE = "starlette.applications"
+"""Where ``Starlette`` lives: the bootstrap patches it when the application imports it."""
+
 
 def install_starlette() -> bool:
     """Wrap every Starlette and FastAPI application (patch ``Starlette.__call__``). Idempotent.
@@ -343,12 +347,12 @@ def install_starlette() -> bool:
 
 
 def uninstall_starlette() -> None:
-    """Restore ``Starlette.__call__`` exactly."""
-    try:
-        from starlette.applications import Starlette  # optional dependency
-    except ImportError:
+    """Restore ``Starlette.__call__`` exactly (importing nothing: a Starlette that is not
+    imported was never patched)."""
+    cls = getattr(sys.modules.get(APPLICATIONS_MODULE), "Starlette", None)
+    if cls is None:
         return
-    original = Starlette.__dict__.get(_PATCH_MARK)
+    original = cls.__dict__.get(_PATCH_MARK)
     if original is not None:
-        Starlette.__call__ = original  # type: ignore[method-assign]
-        delattr(Starlette, _PATCH_MARK)
+        cls.__call__ = original
+        delattr(cls, _PATCH_MARK)

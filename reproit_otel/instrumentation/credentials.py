@@ -47,8 +47,11 @@ These effects are not *data exchanges* for decision D5 (``wire/batch.py``): a fa
 only effects are credential checks still sends no batch. They bind to the current span and
 open none, so they neither add spans to the application's traces nor leave one uncovered.
 
-Seams (each patched only when its library is importable; each patch keeps the original and is
-restored exactly by :func:`uninstall_credentials`):
+Seams (each patched when the application imports the module it lives in: the bootstrap hands
+:func:`install_seams_of` to ``reproit_otel/_import_hooks.py`` for each of
+:data:`SEAM_MODULES`, so a library the service never imports is never imported for it;
+:func:`install_credentials` patches every installed one at once, importing it, for replay;
+each patch keeps the original and is restored exactly by :func:`uninstall_credentials`):
 
 =============================================  ======================================
 ``itsdangerous.Serializer.loads``,             Flask sessions, Flask-WTF CSRF, any
@@ -77,6 +80,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from types import ModuleType
 from typing import Any
 
 from reproit_otel._guard import guarded
@@ -91,7 +95,13 @@ from reproit_otel.wire.batch import CREDENTIAL_TOOL
 from reproit_otel.wire.invoke import failure_response, success_response
 from reproit_otel.wire.replay import ReplaySession
 
-__all__ = ["install_credentials", "installed_seams", "uninstall_credentials"]
+__all__ = [
+    "SEAM_MODULES",
+    "install_credentials",
+    "install_seams_of",
+    "installed_seams",
+    "uninstall_credentials",
+]
 
 _ORIGINAL = "__reproit_credential_original__"
 
@@ -576,12 +586,17 @@ def _through(seam: _Seam, original: Callable[..., Any], args: Args, kwargs: Kwar
 # -- patching ----------------------------------------------------------------------------------
 
 
-def _target(seam: _Seam) -> Any:
-    """The class or module holding the seam's attribute, or None when it is not installed."""
-    try:
-        module = importlib.import_module(seam.module)
-    except Exception:  # not installed, or a library that cannot import here
-        return None
+def _target(seam: _Seam, *, importing: bool = True) -> Any:
+    """The class or module holding the seam's attribute, or None when it is not installed
+    (with ``importing=False``: when its module is not imported)."""
+    module: ModuleType | None
+    if importing:
+        try:
+            module = importlib.import_module(seam.module)
+        except Exception:  # not installed, or a library that cannot import here
+            return None
+    else:
+        module = sys.modules.get(seam.module)
     holder = getattr(module, seam.owner, None) if seam.owner else module
     if holder is None or not callable(getattr(holder, seam.attribute, None)):
         return None
@@ -600,33 +615,56 @@ def _wrapper(seam: _Seam, original: Callable[..., Any]) -> Callable[..., Any]:
     return checked
 
 
+def _patch(seam: _Seam, holder: Any) -> bool:
+    """Wrap the seam's attribute on ``holder`` unless it is wrapped; False when it is inherited."""
+    current = (
+        holder.__dict__.get(seam.attribute)
+        if isinstance(holder, type)
+        else getattr(holder, seam.attribute)
+    )
+    if current is None:
+        return False  # inherited, not the class's own
+    if getattr(current, _ORIGINAL, None) is None:
+        setattr(holder, seam.attribute, _wrapper(seam, current))
+    return True
+
+
 def install_credentials() -> list[str]:
-    """Patch every seam whose library is importable. Idempotent; returns the seams patched
-    (``module:owner.attribute``)."""
+    """Patch every seam whose library is importable, importing it. Idempotent; returns the
+    seams patched (``module:owner.attribute``)."""
     patched: list[str] = []
     for seam in SEAMS:
         with guarded(f"credentials.install[{seam.op}]"):
             holder = _target(seam)
-            if holder is None:
-                continue
-            current = (
-                holder.__dict__.get(seam.attribute)
-                if isinstance(holder, type)
-                else getattr(holder, seam.attribute)
-            )
-            if current is None:
-                continue  # inherited, not the class's own
-            if getattr(current, _ORIGINAL, None) is None:
-                setattr(holder, seam.attribute, _wrapper(seam, current))
-            patched.append(_name(seam))
+            if holder is not None and _patch(seam, holder):
+                patched.append(_name(seam))
+    return patched
+
+
+SEAM_MODULES: tuple[str, ...] = tuple(dict.fromkeys(seam.module for seam in SEAMS))
+"""The modules the seams live in, in :data:`SEAMS` order: the bootstrap patches each one's
+seams with :func:`install_seams_of` when the application imports it."""
+
+
+def install_seams_of(module: ModuleType) -> list[str]:
+    """Patch the seams that live in ``module`` (one of :data:`SEAM_MODULES`, imported).
+    Idempotent; returns the seams patched."""
+    patched: list[str] = []
+    for seam in SEAMS:
+        if seam.module != module.__name__:
+            continue
+        with guarded(f"credentials.install[{seam.op}]"):
+            holder = _target(seam, importing=False)
+            if holder is not None and _patch(seam, holder):
+                patched.append(_name(seam))
     return patched
 
 
 def installed_seams() -> list[str]:
-    """The seams patched now (``module:owner.attribute``)."""
+    """The seams patched now (``module:owner.attribute``); a library not imported yet has none."""
     found: list[str] = []
     for seam in SEAMS:
-        holder = _target(seam)
+        holder = _target(seam, importing=False)
         if holder is None:
             continue
         current = getattr(holder, seam.attribute, None)
@@ -641,10 +679,11 @@ def _name(seam: _Seam) -> str:
 
 
 def uninstall_credentials() -> None:
-    """Restore every patched attribute exactly."""
+    """Restore every patched attribute exactly (importing nothing: what is not imported was
+    never patched)."""
     for seam in reversed(SEAMS):
         with guarded(f"credentials.uninstall[{seam.op}]"):
-            holder = _target(seam)
+            holder = _target(seam, importing=False)
             if holder is None:
                 continue
             current = (

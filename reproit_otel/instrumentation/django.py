@@ -1,7 +1,9 @@
 """Django inbound side: every Django project gets the WSGI/ASGI middleware with no code change.
 
-Under ``opentelemetry-instrument`` (``reproit_otel.install()`` calls :func:`install_django`
-when Django is installed), reproit-otel wraps Django's two request entry points:
+Under ``opentelemetry-instrument`` (``reproit_otel.install()`` calls :func:`install_django_wsgi`
+and :func:`install_django_asgi` when the application imports the handler module each wraps, so
+a service that never imports Django never imports it for reproit-otel), reproit-otel wraps
+Django's two request entry points:
 
 * ``django.core.handlers.wsgi.WSGIHandler.__call__``: the application ``wsgi.py`` returns
   (``get_wsgi_application()``), served by gunicorn, uWSGI, mod_wsgi, waitress or
@@ -26,6 +28,8 @@ inside reproit-otel's, which is what it wants (it sees the same request).
 
 from __future__ import annotations
 
+import importlib
+import sys
 from collections.abc import Callable, Iterable
 from types import MethodType
 from typing import Any
@@ -33,19 +37,35 @@ from typing import Any
 from reproit_otel.instrumentation.asgi import Receive, Scope, Send, asgi_call
 from reproit_otel.instrumentation.wsgi import StartResponse, wsgi_call
 
-__all__ = ["install_django", "uninstall_django"]
+__all__ = [
+    "ASGI_HANDLER_MODULE",
+    "WSGI_HANDLER_MODULE",
+    "install_django",
+    "install_django_asgi",
+    "install_django_wsgi",
+    "uninstall_django",
+]
 
 _PATCH_MARK = "_reproit_original_call"
 
 
-def _handlers() -> tuple[Any, Any] | None:
-    try:
-        # Optional dependency. Importing the handlers needs no configured settings.
-        from django.core.handlers.asgi import ASGIHandler  # type: ignore[import-untyped]
-        from django.core.handlers.wsgi import WSGIHandler  # type: ignore[import-untyped]
-    except ImportError:
-        return None
-    return WSGIHandler, ASGIHandler
+WSGI_HANDLER_MODULE = "django.core.handlers.wsgi"
+"""Where ``WSGIHandler`` lives: the bootstrap wraps it when the application imports it."""
+
+ASGI_HANDLER_MODULE = "django.core.handlers.asgi"
+"""Where ``ASGIHandler`` lives: the bootstrap wraps it when the application imports it."""
+
+
+def _handler(module_name: str, class_name: str, *, importing: bool) -> Any:
+    """The handler class, or None when Django is not installed (not imported, without
+    ``importing``). Importing a handler module needs no configured settings."""
+    module = sys.modules.get(module_name)
+    if module is None and importing:
+        try:
+            module = importlib.import_module(module_name)  # optional dependency
+        except ImportError:
+            return None
+    return getattr(module, class_name, None)
 
 
 def _whole_body_reader() -> Callable[[Iterable[bytes]], bytes | None]:
@@ -73,16 +93,24 @@ def _whole_body_reader() -> Callable[[Iterable[bytes]], bytes | None]:
 
 
 def install_django() -> bool:
-    """Wrap every Django WSGI and ASGI application. Idempotent.
+    """Wrap every Django WSGI and ASGI application, importing both handlers. Idempotent.
 
     Returns False when Django is not installed.
     """
-    handlers = _handlers()
-    if handlers is None:
+    return install_django_wsgi() and install_django_asgi()
+
+
+def install_django_wsgi() -> bool:
+    """Wrap ``WSGIHandler.__call__`` (importing its module). Idempotent.
+
+    Returns False when Django is not installed.
+    """
+    wsgi_handler = _handler(WSGI_HANDLER_MODULE, "WSGIHandler", importing=True)
+    if wsgi_handler is None:
         return False
-    wsgi_handler, asgi_handler = handlers
     if _PATCH_MARK not in wsgi_handler.__dict__:
         wsgi_original = wsgi_handler.__call__
+        # django.http: imported already by the handler's module itself.
         whole_body = _whole_body_reader()
 
         def wsgi_entry(
@@ -96,6 +124,17 @@ def install_django() -> bool:
         wsgi_entry.__wrapped__ = wsgi_original  # type: ignore[attr-defined]
         setattr(wsgi_handler, _PATCH_MARK, wsgi_original)
         wsgi_handler.__call__ = wsgi_entry
+    return True
+
+
+def install_django_asgi() -> bool:
+    """Wrap ``ASGIHandler.__call__`` (importing its module). Idempotent.
+
+    Returns False when Django is not installed.
+    """
+    asgi_handler = _handler(ASGI_HANDLER_MODULE, "ASGIHandler", importing=True)
+    if asgi_handler is None:
+        return False
     if _PATCH_MARK not in asgi_handler.__dict__:
         asgi_original = asgi_handler.__call__
 
@@ -112,12 +151,14 @@ def install_django() -> bool:
 
 
 def uninstall_django() -> None:
-    """Restore both handlers' ``__call__`` exactly."""
-    handlers = _handlers()
-    if handlers is None:
-        return
-    for handler in handlers:
-        original = handler.__dict__.get(_PATCH_MARK)
+    """Restore both handlers' ``__call__`` exactly (importing nothing: a handler that is not
+    imported was never wrapped)."""
+    for module_name, class_name in (
+        (WSGI_HANDLER_MODULE, "WSGIHandler"),
+        (ASGI_HANDLER_MODULE, "ASGIHandler"),
+    ):
+        handler = _handler(module_name, class_name, importing=False)
+        original = None if handler is None else handler.__dict__.get(_PATCH_MARK)
         if original is not None:
             handler.__call__ = original
             delattr(handler, _PATCH_MARK)

@@ -15,17 +15,20 @@ replay) at the point the framework handles it:
 Each hook only reads the exception: the signal receivers return nothing, the wrapper passes
 every message and the exception through unchanged. ``install_error_hooks()`` is idempotent
 and ``uninstall_error_hooks()`` disconnects and restores exactly; both are called by
-``reproit_otel.install()``/``uninstall()``, for capture and for replay alike. A framework
-that is not installed is skipped.
+``reproit_otel.install()``/``uninstall()``, for capture and for replay alike. Each hook is
+applied when the application imports its framework (``reproit_otel/_import_hooks.py``), so a
+framework the service never imports is never imported for it.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Awaitable, Callable, MutableMapping
+from types import ModuleType
 from typing import Any
 
 from reproit_otel._guard import guarded
+from reproit_otel._import_hooks import Hook, forget, when_imported
 from reproit_otel.failures import note_exception
 
 __all__ = ["install_error_hooks", "uninstall_error_hooks"]
@@ -87,40 +90,47 @@ def _wrap_server_errors(original: Callable[..., Awaitable[None]]) -> Callable[..
     return __call__
 
 
+def _connect_flask(flask: ModuleType) -> None:
+    flask.got_request_exception.connect(_flask_exception, weak=False)
+
+
+def _connect_django(signals: ModuleType) -> None:
+    signals.got_request_exception.connect(_django_exception, weak=False, dispatch_uid=_DJANGO_UID)
+
+
+def _wrap_starlette(errors: ModuleType) -> None:
+    cls = errors.ServerErrorMiddleware
+    if _PATCH_MARK not in cls.__dict__:
+        original = cls.__call__
+        setattr(cls, _PATCH_MARK, original)
+        cls.__call__ = _wrap_server_errors(original)
+
+
+_HOOKS: tuple[tuple[str, Hook], ...] = (
+    ("flask", _connect_flask),
+    ("django.core.signals", _connect_django),
+    ("starlette.middleware.errors", _wrap_starlette),
+)
+"""Each framework's hook and the module it needs: applied when the application imports it."""
+
+
 def install_error_hooks() -> None:
-    """Connect the Flask and Django receivers and wrap Starlette's ``ServerErrorMiddleware``."""
+    """Connect the Flask and Django receivers and wrap Starlette's ``ServerErrorMiddleware``,
+    each when the application imports the framework (at once when it did already)."""
     global _installed
     if _installed:
         return
     _installed = True
-    try:
-        import flask
-    except ImportError:
-        pass
-    else:
-        flask.got_request_exception.connect(_flask_exception, weak=False)
-    try:
-        from django.core import signals  # type: ignore[import-untyped]
-    except ImportError:
-        pass
-    else:
-        signals.got_request_exception.connect(
-            _django_exception, weak=False, dispatch_uid=_DJANGO_UID
-        )
-    try:
-        from starlette.middleware.errors import ServerErrorMiddleware
-    except ImportError:
-        return
-    if _PATCH_MARK not in ServerErrorMiddleware.__dict__:
-        original = ServerErrorMiddleware.__call__
-        setattr(ServerErrorMiddleware, _PATCH_MARK, original)
-        ServerErrorMiddleware.__call__ = _wrap_server_errors(original)  # type: ignore[method-assign,assignment]
+    for module_name, hook in _HOOKS:
+        when_imported(module_name, hook)
 
 
 def uninstall_error_hooks() -> None:
     """Disconnect the receivers and restore ``ServerErrorMiddleware.__call__``."""
     global _installed
     _installed = False
+    for module_name, hook in _HOOKS:
+        forget(module_name, hook)
     flask = sys.modules.get("flask")
     if flask is not None:
         flask.got_request_exception.disconnect(_flask_exception)

@@ -46,6 +46,7 @@ recorded as ``null``).
 from __future__ import annotations
 
 import io
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
 from types import MethodType, TracebackType
@@ -551,13 +552,12 @@ def install_flask() -> bool:
 
 
 def uninstall_flask() -> None:
-    """Restore ``flask.Flask.__call__`` exactly."""
-    try:
-        import flask  # optional dependency
-    except ImportError:
+    """Restore ``flask.Flask.__call__`` exactly (importing nothing: a Flask that is not
+    imported was never patched)."""
+    cls = getattr(sys.modules.get("flask"), "Flask", None)
+    if cls is None:
         return
-    cls = flask.Flask
     original = cls.__dict__.get(_PATCH_MARK)
     if original is not None:
-        cls.__call__ = original  # type: ignore[method-assign]
+        cls.__call__ = original
         delattr(cls, _PATCH_MARK)

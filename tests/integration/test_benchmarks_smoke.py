@@ -260,3 +260,16 @@ def test_capture_paired_quick(tmp_path: Path, postgres_dsn: str) -> None:
             line.strip().startswith(f"{payload}: capture not configured over otel ")
             for line in lines
         )
+
+
+def test_startup_smoke() -> None:
+    # Fresh processes per shape, this checkout as its own baseline: every shape reports its
+    # figures and no optional library was imported by install() (no figure is asserted).
+    done = _benchmark("startup", "--quick", "--baseline", str(ROOT))
+    rows = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()[1:4]}
+    assert sorted(rows) == ["baseline", "otel", "reproit"]
+    assert [row[-1] for row in rows.values()] == ["-", "-", "-"]
+    assert [line.split(":")[0] for line in done.stdout.splitlines()[4:]] == [
+        "reproit over otel",
+        "baseline over otel",
+    ]

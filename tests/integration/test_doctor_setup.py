@@ -318,6 +318,9 @@ import fastapi  # noqa: E402,F401
 
 sys.stderr.write("app: imported fastapi\\n")
 import fastapi.routing  # noqa: E402,F401
+import flask  # noqa: E402,F401
+
+sys.stderr.write("app: imported flask\\n")
 """
 
 
@@ -370,12 +373,15 @@ def test_the_launcher_warns_once_per_inactive_instrumentation_and_mismatch(
         "reproit-otel: warning: opentelemetry-instrumentation-redis 0.60b0 needs "
         "opentelemetry-api==1.39.0 but 1.45.1 is installed: OpenTelemetry skips or breaks "
         f"what does not match; fix: {TESTED}",
-        "reproit-otel: warning: Flask is used but its OpenTelemetry instrumentation is not "
-        f"active ({off}): {NO_SERVER_SPAN}; {fix}",
         "app: started",
         "reproit-otel: warning: FastAPI is used but its OpenTelemetry instrumentation is not "
         f"active ({off}): {NO_SERVER_SPAN}; {fix}",
         "app: imported fastapi",
+        # Not imported at start-up (reproit-otel hooks Flask when the application imports it):
+        # said at the application's first import, like FastAPI.
+        "reproit-otel: warning: Flask is used but its OpenTelemetry instrumentation is not "
+        f"active ({off}): {NO_SERVER_SPAN}; {fix}",
+        "app: imported flask",
     ]
 
 

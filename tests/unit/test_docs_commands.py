@@ -271,6 +271,9 @@ RUN_BY: dict[str, str] = {
     ".venv/bin/python -m benchmarks.capture_async": f"{BENCH}::test_capture_async_smoke",
     ".venv/bin/python -m benchmarks.replay": f"{BENCH}::test_replay_quick{BENCH_NOTE}",
     ".venv/bin/python -m benchmarks.outage": f"{BENCH}::test_outage_quick{BENCH_NOTE}",
+    ".venv/bin/python -m benchmarks.startup": f"{BENCH}::test_startup_smoke",
+    "python -m benchmarks.startup --baseline DIR": f"{BENCH}::test_startup_smoke"
+    " (with --quick, this checkout as DIR)",
     # examples/shop/README.md, examples/shop_fastapi/README.md, examples/fastapi_async/README.md
     'export PATH="$PWD/.venv/bin:$PATH"': SHOP + " (its shells have .venv/bin first on PATH)",
     "export SHOP_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres": SHOP + SHOP_NOTE,
