@@ -162,6 +162,9 @@ def _install_library_hooks() -> None:
         django.install_django()
     with guarded("bootstrap.credentials"):
         importlib.import_module("reproit_otel.instrumentation.credentials").install_credentials()
+    with guarded("bootstrap.contenttypes"):
+        contenttypes = importlib.import_module("reproit_otel.instrumentation.django_contenttypes")
+        contenttypes.install_contenttypes()
     _install_error_hooks()
 
 
@@ -304,6 +307,11 @@ def uninstall() -> None:
             with guarded("bootstrap.uninstall[credentials]"):
                 credentials = importlib.import_module("reproit_otel.instrumentation.credentials")
                 credentials.uninstall_credentials()
+            with guarded("bootstrap.uninstall[contenttypes]"):
+                contenttypes = importlib.import_module(
+                    "reproit_otel.instrumentation.django_contenttypes"
+                )
+                contenttypes.uninstall_contenttypes()
             _patched = False
         importlib.import_module("reproit_otel.instrumentation.errors").uninstall_error_hooks()
         uninstall_local_fallback(logging.getLogger())

@@ -141,6 +141,7 @@ def install_replay(path: str | os.PathLike[str] | None = None) -> ReplaySession:
             _log.warning("reproit replay: envelope not fully pinned: %s", reason)
         ReproitReplayInstrumentor().instrument()
         _install_credential_checks()
+        _install_cache_lookups()
         install_tripwire()
         install_process_guard()
         operation = session.capsule.get("operation")
@@ -163,6 +164,16 @@ def _install_credential_checks() -> None:
         _log.exception("reproit replay: could not install the credential checks")
 
 
+def _install_cache_lookups() -> None:
+    """Serve the lookups production's content type cache answered
+    (``instrumentation/django_contenttypes.py``)."""
+    try:
+        contenttypes = importlib.import_module("reproit_otel.instrumentation.django_contenttypes")
+        contenttypes.install_contenttypes()
+    except Exception:
+        _log.exception("reproit replay: could not install the content type lookups")
+
+
 def _open_window(session: ReplaySession, operation: str) -> None:
     global _window
     pinned = _pinned
@@ -183,6 +194,9 @@ def uninstall_replay() -> None:
     uninstall_process_guard()
     uninstall_tripwire()
     importlib.import_module("reproit_otel.instrumentation.credentials").uninstall_credentials()
+    importlib.import_module(
+        "reproit_otel.instrumentation.django_contenttypes"
+    ).uninstall_contenttypes()
     ReproitReplayInstrumentor().uninstrument()
     if _pinned is not None:
         _pinned.restore()
