@@ -142,6 +142,7 @@ def install_replay(path: str | os.PathLike[str] | None = None) -> ReplaySession:
         ReproitReplayInstrumentor().instrument()
         _install_credential_checks()
         _install_cache_lookups()
+        _install_inbound()
         install_tripwire()
         install_process_guard()
         operation = session.capsule.get("operation")
@@ -162,6 +163,28 @@ def _install_credential_checks() -> None:
         credentials.install_credentials()
     except Exception:
         _log.exception("reproit replay: could not install the credential checks")
+
+
+def _install_inbound() -> None:
+    """Wrap the frameworks' entry points as capture does: each request then sees the server
+    address production's was received on (``instrumentation/wsgi.py``); nothing is captured."""
+    from reproit_otel.instrumentation import asgi, django, wsgi
+
+    for install in (wsgi.install_flask, asgi.install_starlette, django.install_django):
+        try:
+            install()
+        except Exception:
+            _log.exception("reproit replay: could not wrap %s", install.__name__)
+
+
+def _uninstall_inbound() -> None:
+    from reproit_otel.instrumentation import asgi, django, wsgi
+
+    for uninstall in (wsgi.uninstall_flask, asgi.uninstall_starlette, django.uninstall_django):
+        try:
+            uninstall()
+        except Exception:
+            _log.exception("reproit replay: could not unwrap %s", uninstall.__name__)
 
 
 def _install_cache_lookups() -> None:
@@ -193,6 +216,7 @@ def uninstall_replay() -> None:
         _window = None
     uninstall_process_guard()
     uninstall_tripwire()
+    _uninstall_inbound()
     importlib.import_module("reproit_otel.instrumentation.credentials").uninstall_credentials()
     importlib.import_module(
         "reproit_otel.instrumentation.django_contenttypes"
