@@ -167,9 +167,16 @@ def _install_credential_checks() -> None:
 
 def _install_inbound() -> None:
     """Wrap the frameworks' entry points as capture does: each request then sees the server
-    address production's was received on (``instrumentation/wsgi.py``); nothing is captured."""
+    address production's was received on (``instrumentation/wsgi.py``); nothing is captured.
+
+    Not when a capture pipeline is installed in this process: its wrappers are in place and
+    stay its own (:func:`_uninstall_inbound` leaves them)."""
+    from reproit_otel.capture.recording import current_pipeline
     from reproit_otel.instrumentation import asgi, django, wsgi
 
+    if current_pipeline() is not None:
+        return
+    _inbound_wrapped[0] = True
     for install in (wsgi.install_flask, asgi.install_starlette, django.install_django):
         try:
             install()
@@ -177,9 +184,15 @@ def _install_inbound() -> None:
             _log.exception("reproit replay: could not wrap %s", install.__name__)
 
 
+_inbound_wrapped = [False]
+
+
 def _uninstall_inbound() -> None:
     from reproit_otel.instrumentation import asgi, django, wsgi
 
+    if not _inbound_wrapped[0]:
+        return
+    _inbound_wrapped[0] = False
     for uninstall in (wsgi.uninstall_flask, asgi.uninstall_starlette, django.uninstall_django):
         try:
             uninstall()
