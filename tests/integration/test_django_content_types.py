@@ -68,6 +68,8 @@ def sign_in_open_and_fail(client: httpx.Client) -> Scenario:
         "/notes/1/summary/",
         client.post("/notes/1/summary/", data={"csrfmiddlewaretoken": summary_token, "kind": kind}),
     )
+    # A signed-in GET / fails too: check's boot probe must not be taken for it.
+    done.sent["home"] = Sent("GET", "/", client.get("/"))
     done.keep("csrf", login_token, form_token, summary_token, client.cookies["csrftoken"])
     done.keep("session cookie", client.cookies["sessionid"])
     return done
@@ -144,6 +146,20 @@ def test_a_query_production_never_ran_diverges(warm: LoggedInRun) -> None:
     assert divergence["got"]["text"].startswith('SELECT COUNT(*) AS "__count" FROM "notes_note"'), (
         dumped(result)
     )
+
+
+def test_a_failing_get_of_the_root_is_not_mistaken_for_the_boot_probe(warm: LoggedInRun) -> None:
+    # check probes GET / until the application answers; when the recorded request is GET /
+    # itself it probes with HEAD, so the anonymous probe neither begins the recorded request
+    # nor uses its recording.
+    assert warm.run.captures["home"].status == 500
+    code, result = warm.run.check("home")
+    assert (code, result["verdict"], result["divergences"]) == (1, "reproduced", []), dumped(result)
+    assert result["usage"]["unused"] == 0, dumped(result)
+    assert result["replayedException"]["type"] == "builtins.ZeroDivisionError", dumped(result)
+    code, result = warm.run.check("home", NOTES_FIXED="1")
+    assert (code, result["verdict"]) == (0, "fixed"), dumped(result)
+    assert result["observedResult"]["body"] == "ok, latest: 1.0 words per line"
 
 
 def test_no_password_session_cookie_or_csrf_token_reaches_the_ingest(warm: LoggedInRun) -> None:

@@ -2,7 +2,8 @@
 
 The planted bug: the words-per-line summary divides by the number of line breaks, so a
 one-line note answers 500 after it was saved, and so does the summary of a note's one-line
-title. ``NOTES_FIXED=1`` is the fix.
+title, and so does the home page of a signed-in user (``GET /``, the summary of the latest
+note's title). ``NOTES_FIXED=1`` is the fix.
 
 The summary page names the note by its content type, as generic relations (and Wagtail's
 pages) do: the page reads the type through ``ContentType.objects.get_for_model``, the form
@@ -37,7 +38,14 @@ def words_per_line(body: str) -> float:
 
 
 def health(request: HttpRequest) -> HttpResponse:
-    return HttpResponse("ok")
+    """``ok``; a signed-in user also sees the words per line of their latest note's title
+    (so a signed-in ``GET /`` fails as the summary does)."""
+    if not request.user.is_authenticated:
+        return HttpResponse("ok")
+    latest = Note.objects.filter(owner=request.user).order_by("-id").first()
+    if latest is None:
+        return HttpResponse("ok, no notes yet")
+    return HttpResponse(f"ok, latest: {words_per_line(latest.title)} words per line")
 
 
 @login_required
