@@ -182,7 +182,17 @@ def _import_hooks_to_place() -> list[tuple[str, Hook]]:
         (django.ASGI_HANDLER_MODULE, calling(django.install_django_asgi)),
     ]
     hooks += [(name, credentials.install_seams_of) for name in credentials.SEAM_MODULES]
+    hooks.append((CONTENTTYPES_APPS_MODULE, calling(_install_contenttypes)))
     return hooks
+
+
+CONTENTTYPES_APPS_MODULE = "django.contrib.contenttypes.apps"
+
+
+def _install_contenttypes() -> None:
+    importlib.import_module(
+        "reproit_otel.instrumentation.django_contenttypes"
+    ).install_contenttypes()
 
 
 def _install_error_hooks() -> None:
@@ -326,6 +336,11 @@ def uninstall() -> None:
             with guarded("bootstrap.uninstall[credentials]"):
                 credentials = importlib.import_module("reproit_otel.instrumentation.credentials")
                 credentials.uninstall_credentials()
+            with guarded("bootstrap.uninstall[contenttypes]"):
+                contenttypes = importlib.import_module(
+                    "reproit_otel.instrumentation.django_contenttypes"
+                )
+                contenttypes.uninstall_contenttypes()
             _patched = False
         importlib.import_module("reproit_otel.instrumentation.errors").uninstall_error_hooks()
         uninstall_local_fallback(logging.getLogger())

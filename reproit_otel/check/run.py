@@ -180,10 +180,18 @@ def _free_port() -> int:
         return port
 
 
-def _answers_http(port: int) -> bool:
+def probe_method(operation: str) -> str:
+    """The method of the boot probe to ``/``: ``GET``, or ``HEAD`` when the recorded request is
+    ``GET /`` itself (the replayed process takes the first server span of the recorded method
+    and path for the recorded request, so a ``GET /`` probe would be taken for it)."""
+    method, _, path = operation.partition(" ")
+    return "HEAD" if method.upper() == "GET" and (path or "/") == "/" else "GET"
+
+
+def _answers_http(port: int, method: str) -> bool:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=BOOT_POLL_S * 5)
     try:
-        connection.request("GET", "/")
+        connection.request(method, "/")
         connection.getresponse().read()
         return True
     except (OSError, http.client.HTTPException):
@@ -264,12 +272,13 @@ def _run_hermetic_check(
     reason = ""
     armed_for = env["REPROIT_REPLAY"]
     answered = booted = False
+    probe = probe_method(operation)
     try:
         deadline = time.monotonic() + boot_timeout
         elsewhere: set[int] = set()
         elsewhere_since: float | None = None
         while time.monotonic() < deadline and process.poll() is None:
-            if _answers_http(port):
+            if _answers_http(port, probe):
                 answered = True
                 if _armed(pump.lines, armed_for):  # never fire at a process serving live
                     booted = True

@@ -59,6 +59,8 @@ from reproit_otel.capture.inbound import (
     single_or_list,
 )
 from reproit_otel.failures import note_exception
+from reproit_otel.instrumentation.wsgi import replayed_server
+from reproit_otel.replay.session import active_session
 from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.inputs import http_input
 from reproit_otel.wire.request_record import REQUEST_FIELD, recorded_request
@@ -100,6 +102,7 @@ def _input(
     headers: dict[str, list[str]],
     query: str,
     body: bytes | None,
+    server: Any = None,
 ) -> dict[str, Any]:
     """The canonical input of an ASGI request and its ``input.request`` (built on demand)."""
     content_type = headers.get("content-type", [None])[0]
@@ -111,7 +114,7 @@ def _input(
     size = int(length) if length is not None and length.strip().isdigit() else None
     coding = headers.get("transfer-encoding", [""])[0]
     value[REQUEST_FIELD] = recorded_request(
-        raw, body, content_type, size=size, chunked="chunked" in coding.lower()
+        raw, body, content_type, size=size, chunked="chunked" in coding.lower(), server=server
     )
     return value
 
@@ -130,7 +133,9 @@ def inbound_from_scope(scope: Scope, body: bytes | None) -> InboundRequest:
         path=str(scope.get("path") or "/"),
         input={},
         header=header,
-        input_factory=partial(_input, _raw_headers(scope), headers, query, body),
+        input_factory=partial(
+            _input, _raw_headers(scope), headers, query, body, scope.get("server")
+        ),
     )
 
 
@@ -251,8 +256,17 @@ class _Response:
         await self.send(message)
 
 
+def _as_recorded_server(scope: Scope) -> Scope:
+    """In replay: the scope with the server address production's request was received on."""
+    session = active_session()
+    address = None if session is None else replayed_server(session)
+    return scope if address is None else {**scope, "server": address}
+
+
 async def asgi_call(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
     """Run ``app`` for one request with reproit-otel's inbound handling around it."""
+    if active_session() is not None and scope.get("type") == "http":
+        scope = guard_call("asgi.replayed_server", _as_recorded_server, scope, default=scope)
     if (
         scope.get("type") != "http"
         or recording.current_pipeline() is None

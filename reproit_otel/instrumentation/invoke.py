@@ -129,6 +129,7 @@ __all__ = [
     "DeclaredBoundary",
     "Output",
     "boundary",
+    "capsule_holds",
     "capsule_outcome",
     "declared_boundaries",
     "finish_outcome",
@@ -424,6 +425,13 @@ class _Invocation:
             write_fixture(
                 settings.directory, fixture_name(tool, op, key), fixture_document(key, exchange)
             )
+
+
+def capsule_holds(session: ReplaySession, tool: str, op: str, input_value: Any) -> bool:
+    """Whether ``session``'s capsule holds an unconsumed exchange for the call ``tool``/``op``
+    on ``input_value`` (consumes nothing, reports nothing)."""
+    probe = session.redact_probe(INVOKE_PROTOCOL, _probe(tool, op, input_value, _all_secrets()))
+    return session.has_candidate(INVOKE_PROTOCOL, probe)
 
 
 def capsule_outcome(session: ReplaySession, tool: str, op: str, input_value: Any) -> Outcome:

@@ -141,6 +141,8 @@ def install_replay(path: str | os.PathLike[str] | None = None) -> ReplaySession:
             _log.warning("reproit replay: envelope not fully pinned: %s", reason)
         ReproitReplayInstrumentor().instrument()
         _install_credential_checks()
+        _install_cache_lookups()
+        _install_inbound()
         install_tripwire()
         install_process_guard()
         operation = session.capsule.get("operation")
@@ -163,6 +165,51 @@ def _install_credential_checks() -> None:
         _log.exception("reproit replay: could not install the credential checks")
 
 
+def _install_inbound() -> None:
+    """Wrap the frameworks' entry points as capture does: each request then sees the server
+    address production's was received on (``instrumentation/wsgi.py``); nothing is captured.
+
+    Not when a capture pipeline is installed in this process: its wrappers are in place and
+    stay its own (:func:`_uninstall_inbound` leaves them)."""
+    from reproit_otel.capture.recording import current_pipeline
+    from reproit_otel.instrumentation import asgi, django, wsgi
+
+    if current_pipeline() is not None:
+        return
+    _inbound_wrapped[0] = True
+    for install in (wsgi.install_flask, asgi.install_starlette, django.install_django):
+        try:
+            install()
+        except Exception:
+            _log.exception("reproit replay: could not wrap %s", install.__name__)
+
+
+_inbound_wrapped = [False]
+
+
+def _uninstall_inbound() -> None:
+    from reproit_otel.instrumentation import asgi, django, wsgi
+
+    if not _inbound_wrapped[0]:
+        return
+    _inbound_wrapped[0] = False
+    for uninstall in (wsgi.uninstall_flask, asgi.uninstall_starlette, django.uninstall_django):
+        try:
+            uninstall()
+        except Exception:
+            _log.exception("reproit replay: could not unwrap %s", uninstall.__name__)
+
+
+def _install_cache_lookups() -> None:
+    """Serve the lookups production's content type cache answered
+    (``instrumentation/django_contenttypes.py``)."""
+    try:
+        contenttypes = importlib.import_module("reproit_otel.instrumentation.django_contenttypes")
+        contenttypes.install_contenttypes()
+    except Exception:
+        _log.exception("reproit replay: could not install the content type lookups")
+
+
 def _open_window(session: ReplaySession, operation: str) -> None:
     global _window
     pinned = _pinned
@@ -182,7 +229,11 @@ def uninstall_replay() -> None:
         _window = None
     uninstall_process_guard()
     uninstall_tripwire()
+    _uninstall_inbound()
     importlib.import_module("reproit_otel.instrumentation.credentials").uninstall_credentials()
+    importlib.import_module(
+        "reproit_otel.instrumentation.django_contenttypes"
+    ).uninstall_contenttypes()
     ReproitReplayInstrumentor().uninstrument()
     if _pinned is not None:
         _pinned.restore()

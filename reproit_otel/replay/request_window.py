@@ -9,7 +9,8 @@ without consuming (:mod:`reproit_otel.wire.replay_usage`).
 The request is seen where the capture saw it: an OpenTelemetry SERVER span that is the local
 root. :class:`RequestWindow` is a span processor added to the SDK ``TracerProvider``; the
 first such span whose method and path are the capsule operation's (or whose method and path
-cannot be read) begins the request: matching turns strict, and the pinned clock starts again
+cannot be read) begins the request (``check`` probes a recorded ``GET /`` with ``HEAD /``, so
+its probes never match): matching turns strict, and the pinned clock starts again
 at the recorded ``observedAtMs`` so clock-derived values of the replay line up with the
 recorded ones. When that span ends, one line goes to the process's real standard error::
 

@@ -23,8 +23,9 @@ Eligibility (section 5.3 and decision D5)
     ``no-operation``             ``events[0].operation`` is not a string
     ``no-exchanges``             (D5) the failure recorded no exchange of any kind, counting
                                  no credential check (an ``invoke`` exchange of the tool
-                                 ``credential``): a signed session or token the request
-                                 carried is not data the failure exchanged
+                                 ``credential``) and no cache lookup (tool ``cache``): a
+                                 signed session or token the request carried, or what the
+                                 process held in memory, is not data the failure exchanged
 
 Decision D3: nothing is lost silently
     The Node reference aborts a batch holding a captured value over 64 KiB and never applies
@@ -88,6 +89,7 @@ from .value_bound import MAX_CAPTURED_VALUE_BYTES, bound_captured_values
 
 __all__ = [
     "BATCH_ID_PREFIX",
+    "CACHE_TOOL",
     "CAPTURE_BATCH_VERSION",
     "CREDENTIAL_TOOL",
     "EMITTER",
@@ -159,8 +161,16 @@ CREDENTIAL_TOOL: Final = "credential"
 """The invoke tool of recorded credential checks (``instrumentation/credentials.py``)."""
 
 
+CACHE_TOOL: Final = "cache"
+"""The invoke tool of lookups a process cache answered
+(``instrumentation/django_contenttypes.py``)."""
+
+_NOT_DATA_TOOLS: Final = frozenset({CREDENTIAL_TOOL, CACHE_TOOL})
+
+
 def _has_data_exchange(event: Mapping[str, Any]) -> bool:
-    """An exchange other than a credential check (decision D5 counts only these)."""
+    """An exchange other than a credential check or a cache lookup (decision D5 counts only
+    these)."""
     exchange = event.get("exchange")
     if not isinstance(exchange, Mapping):
         return False
@@ -168,7 +178,7 @@ def _has_data_exchange(event: Mapping[str, Any]) -> bool:
     return not (
         exchange.get("protocol") == "invoke"
         and isinstance(request, Mapping)
-        and request.get("tool") == CREDENTIAL_TOOL
+        and request.get("tool") in _NOT_DATA_TOOLS
     )
 
 

@@ -22,6 +22,11 @@ the request as it came in, under ``input.request`` of the ``start`` event::
   and a multipart form as text (the rest byte for byte), a JSON text holding a secret key is
   recorded as its redacted JSON value instead (a secret wins over byte-exactness).
 * ``chunked: true`` when the request came with ``Transfer-Encoding: chunked``.
+* ``server``: ``[host, port]``, the address the server said it received the request on
+  (WSGI's ``SERVER_NAME`` and ``SERVER_PORT``, ASGI's ``scope["server"]``), when it said.
+  Frameworks read it as the request's own (Django's ``request.get_port()``, so Wagtail's site
+  lookup); replay hands every request the recorded one (:func:`recorded_server`), since the
+  replayed application listens on another port.
 
 :func:`scrub_request_bytes` drops ``bodyBase64`` when a configured secret value is in those
 bytes (text scrubbing cannot reach into base64).
@@ -46,6 +51,7 @@ __all__ = [
     "MAX_HEADER_VALUE",
     "REQUEST_FIELD",
     "recorded_request",
+    "recorded_server",
     "scrub_request_bytes",
     "title_case",
 ]
@@ -90,12 +96,14 @@ def recorded_request(
     *,
     size: int | None = None,
     chunked: bool = False,
+    server: Any = None,
 ) -> dict[str, Any]:
     """The ``input.request`` value of one inbound request (see the module).
 
     ``headers`` are ``(name, value)`` pairs as the server gave them; ``body`` the request body
     bytes when they were read (None: not read), ``size`` its length when it was not read but
-    is known (``Content-Length``).
+    is known (``Content-Length``); ``server`` the ``(host, port)`` the server received it on
+    (kept when the host is text and the port a number, or digits).
     """
     pairs: list[list[str]] = []
     for name, text in headers:
@@ -109,7 +117,32 @@ def recorded_request(
         value.update({"bodyBytes": size, "truncated": True})
     if chunked:
         value["chunked"] = True
+    address = _address(server)
+    if address is not None:
+        value["server"] = list(address)
     return value
+
+
+def _address(server: Any) -> tuple[str, int] | None:
+    if not isinstance(server, (list, tuple)) or len(server) != 2:
+        return None
+    host, port = server
+    if isinstance(port, str) and port.isascii() and port.isdigit():
+        port = int(port)
+    if not isinstance(host, str) or isinstance(port, bool) or not isinstance(port, int):
+        return None
+    return (code_point_cut(host, MAX_HEADER_VALUE), port) if 0 <= port <= 65535 else None
+
+
+def recorded_server(capsule: Mapping[str, Any]) -> tuple[str, int] | None:
+    """The ``server`` address the capsule's inbound request was received on, or None."""
+    events = capsule.get("events")
+    for event in events if isinstance(events, list) else ():
+        if isinstance(event, Mapping) and event.get("kind") == "start":
+            value = event.get("input")
+            request = value.get(REQUEST_FIELD) if isinstance(value, Mapping) else None
+            return _address(request.get("server")) if isinstance(request, Mapping) else None
+    return None
 
 
 def _contains(data: bytes, secret: str) -> bool:

@@ -152,7 +152,8 @@ def expected_quote_events(upstream: Upstream, port: int) -> list[dict[str, Any]]
                             f"Python-urllib/{sys.version_info[0]}.{sys.version_info[1]}",
                         ],
                         ["Connection", "close"],
-                    ]
+                    ],
+                    "server": ["127.0.0.1", port],
                 },
             },
         },

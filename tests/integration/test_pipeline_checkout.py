@@ -131,7 +131,8 @@ def test_a_failing_checkout_yields_exactly_its_exchanges(
                     "headers": [
                         ["Host", server.base.removeprefix("http://")],
                         ["Accept-Encoding", "identity"],
-                    ]
+                    ],
+                    "server": ["127.0.0.1", int(server.base.rsplit(":", 1)[1])],
                 },
             },
         },

@@ -137,6 +137,7 @@ def test_a_failing_fastapi_request_is_one_operation_with_its_exchange(
                     "item": "tea",
                     "secret": {"$reproit": {"length": 3, "redacted": True, "type": "string"}},
                 },
+                "server": ["127.0.0.1", int(host.rsplit(":", 1)[1])],
             },
         },
     }

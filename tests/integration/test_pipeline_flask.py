@@ -160,6 +160,7 @@ def test_a_failing_request_is_one_operation_with_its_exchanges_in_order(
                         ["X-Api-Key", "$reproit"],
                     ],
                     "body": {"item": "tea", "password": placeholder},
+                    "server": ["127.0.0.1", int(server.base.rsplit(":", 1)[1])],
                 },
             },
         },

@@ -11,6 +11,9 @@ stopped and ``reproit-otel check`` replays each occurrence:
   production's only if the application read the same bytes;
 * headers: a French request of the ``acme`` tenant (``Accept-Language``, ``X-Tenant``) takes
   the failing branch; the replay takes it again;
+* the server: each app looks a site up by the host and port its server says it received the
+  request on (as Wagtail does); the replayed application listens on another port, and is
+  handed production's, so the lookup replays and answers what production answered;
 * stand-ins: a JSON sign-up whose password and e-mail are redacted reaches ``set_password``
   with strings and fails as production did (the e-mail is taken); an API key sent as a bearer
   token, looked up in SQL and forwarded to the upstream replays with one stand-in, and the
@@ -175,6 +178,9 @@ ITEMS = Sent(
 )
 
 
+SERVER = Sent("GET", "/server")
+
+
 LONG_CHUNKED = Sent(
     "POST",
     "/body/long",
@@ -209,7 +215,7 @@ STACKS = {
 
 
 def sent_for(name: str) -> dict[str, Sent]:
-    bodies = dict(BODIES)
+    bodies = {**BODIES, "server": SERVER}
     if name == "django":
         del bodies["chunked"]  # Django reads no chunked request body (it needs a length)
     if name == "flask":
@@ -308,7 +314,22 @@ def test_a_long_chunked_body_reaches_the_application_whole(run: StackRun) -> Non
     capture = run.captures["long"]
     assert (capture.status, json.loads(capture.body)) == (500, _digest(LONG_CHUNKED.body or b""))
     recorded = start_input(capture.capsule)["request"]
-    assert {k: v for k, v in recorded.items() if k != "headers"} == {"chunked": True}
+    assert {k: v for k, v in recorded.items() if k not in ("headers", "server")} == {
+        "chunked": True
+    }
+
+
+def test_the_replayed_application_is_handed_the_server_address_production_had(
+    run: StackRun,
+) -> None:
+    capture = run.captures["server"]
+    site = json.loads(capture.body)["site"]
+    recorded = start_input(capture.capsule)["request"]["server"]
+    assert (capture.status, site) == (500, f"{recorded[0]}:{recorded[1]}")
+    assert recorded[0] == "127.0.0.1" and isinstance(recorded[1], int)
+    code, result = run.check("server")
+    assert (code, result["verdict"], result["divergences"]) == (1, "reproduced", []), dumped(result)
+    assert json.loads(result["observedResult"]["body"]) == {"site": site}
 
 
 @flask_only

@@ -374,6 +374,7 @@ def test_the_request_body_is_read_into_the_input_and_handed_on(active: Pipeline)
                     ["X-Note", "n"],
                 ],
                 "body": "a=1&a=2&b=",
+                "server": ["localhost", 80],
             },
         },
     )

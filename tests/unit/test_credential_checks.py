@@ -525,13 +525,21 @@ def test_a_failure_whose_only_effects_are_credential_checks_sends_no_batch() -> 
         "request": {"tool": "credential", "op": "jwt.decode", "input": {}},
         "response": {"ok": True, "data": {"verified": True}},
     }
+    # What a warm process's cache answered is no more data than a credential is.
+    cached = {
+        "protocol": "invoke",
+        "request": {"tool": "cache", "op": "django.contenttypes", "input": {"id": 7}},
+        "response": {"ok": True, "data": {"id": 7, "app_label": "notes", "model": "note"}},
+    }
     data = {
         "protocol": "invoke",
         "request": {"tool": "kv", "op": "get", "input": {}},
         "response": {"ok": True, "data": 1},
     }
     assert capture_eligibility(_failure(check)) == (False, "no-exchanges")
+    assert capture_eligibility(_failure(check, cached)) == (False, "no-exchanges")
     assert capture_eligibility(_failure(check, data)) == (True, None)
+    assert capture_eligibility(_failure(cached, data)) == (True, None)
     assert re.fullmatch(r"[0-9a-f]{16}", _failure()[0]["replaySeed"])
 
 

@@ -21,7 +21,11 @@ from reproit_otel.check.request import (
 )
 from reproit_otel.redaction.headers import redact_header
 from reproit_otel.redaction.multipart import redact_multipart
-from reproit_otel.wire.request_record import recorded_request, scrub_request_bytes
+from reproit_otel.wire.request_record import (
+    recorded_request,
+    recorded_server,
+    scrub_request_bytes,
+)
 from reproit_otel.wire.standins import identity, set_identity_key
 
 KEY = b"r" * 32
@@ -83,6 +87,33 @@ def test_the_recorded_request_keeps_order_and_bytes() -> None:
     assert scrub_request_bytes({"request": value}, ["Grüße"]) == {
         "request": {k: v for k, v in value.items() if k != "bodyBase64"}
     }
+
+
+@pytest.mark.parametrize(
+    ("server", "kept"),
+    [
+        (("127.0.0.1", "8000"), ["127.0.0.1", 8000]),  # WSGI: SERVER_PORT is text
+        (("10.0.0.5", 8443), ["10.0.0.5", 8443]),  # ASGI: scope["server"]
+        (["shop.example", 0], ["shop.example", 0]),
+        (None, None),  # an ASGI server may give none (a Unix socket)
+        (("127.0.0.1", "http"), None),
+        (("127.0.0.1", True), None),
+        (("127.0.0.1", 70000), None),
+        ((None, 80), None),
+        (("127.0.0.1", 80, "extra"), None),
+    ],
+)
+def test_the_server_address_is_kept_when_it_is_a_host_and_a_port(server: Any, kept: Any) -> None:
+    recorded = recorded_request([("Host", "shop.example")], b"", None, server=server)
+    assert recorded.get("server") == kept
+    capsule = {"events": [{"kind": "start", "input": {"request": recorded}}]}
+    assert recorded_server(capsule) == (None if kept is None else tuple(kept))
+
+
+def test_a_capsule_without_a_recorded_server_gives_none() -> None:
+    assert recorded_server({"events": [{"kind": "start", "input": {"body": {}}}]}) is None
+    assert recorded_server({"events": "not a list"}) is None
+    assert recorded_server({}) is None
 
 
 def test_a_json_text_with_a_secret_key_is_recorded_as_its_redacted_value() -> None:

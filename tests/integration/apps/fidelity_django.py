@@ -10,7 +10,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path
-from fidelity_logic import read_body
+from fidelity_logic import read_body, served_at
 
 DEBUG = False
 SECRET_KEY = "fidelity-django-test-only"
@@ -30,7 +30,12 @@ def body(request: HttpRequest, case: str) -> Any:
     return JsonResponse(answer, status=status)
 
 
-urlpatterns = [path("", health), path("body/<str:case>", body)]
+def server(request: HttpRequest) -> Any:
+    status, answer = served_at(request.META["SERVER_NAME"], request.get_port())
+    return JsonResponse(answer, status=status)
+
+
+urlpatterns = [path("", health), path("body/<str:case>", body), path("server", server)]
 
 
 def __getattr__(name: str) -> Any:

@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from fidelity_logic import read_body
+from fidelity_logic import read_body, served_at
 
 app = FastAPI()
 
@@ -22,4 +22,11 @@ def health() -> dict[str, str]:
 @app.post("/body/{case}")
 async def body(case: str, request: Request) -> Any:
     status, answer = read_body(case, await request.body())
+    return JSONResponse(answer, status_code=status)
+
+
+@app.get("/server")
+def server(request: Request) -> Any:
+    host, port = request.scope["server"]
+    status, answer = served_at(host, port)
     return JSONResponse(answer, status_code=status)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fidelity_logic import greet, items, read_body, sign_up
+from fidelity_logic import greet, items, read_body, served_at, sign_up
 from flask import Flask, jsonify, request
 
 app = Flask(__name__)
@@ -42,3 +42,8 @@ def signup() -> Any:
 def shelf() -> Any:
     scheme, _, key = (request.headers.get("Authorization") or "").partition(" ")
     return _answer(items(key if scheme == "Bearer" else None))
+
+
+@app.get("/server")
+def server() -> Any:
+    return _answer(served_at(request.environ["SERVER_NAME"], request.environ["SERVER_PORT"]))

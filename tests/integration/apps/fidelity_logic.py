@@ -7,6 +7,9 @@ hands it over and fails in a way that depends on what it read.
   (500); any other answers 200;
 * ``sign_up(payload)``: hashes the password (``str.encode``), checks the e-mail and inserts the
   account; the e-mail is taken, so PostgreSQL refuses it (500);
+* ``served_at(host, port)``: the site the request was received on, looked up by the server's
+  host and port as the framework reports them (as Wagtail finds its ``Site``), answered with
+  status 500;
 * ``items(key)``: an API key of the right shape is looked up in ``api_keys``, then forwarded to
   the upstream in ``X-Api-Key``; the owner's items are missing (500). A key of another shape
   answers 401.
@@ -52,6 +55,14 @@ def read_body(case: str, data: bytes) -> tuple[int, dict[str, Any]]:
         cursor.execute("SELECT count(*) FROM api_keys WHERE owner = %s", (case,))
         cursor.fetchone()
     return 500, {"sha256": hashlib.sha256(data).hexdigest(), "length": len(data)}
+
+
+def served_at(host: object, port: object) -> tuple[int, dict[str, Any]]:
+    site = f"{host}:{port}"
+    with _connect() as connection, connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM api_keys WHERE owner = %s", (site,))
+        cursor.fetchone()
+    return 500, {"site": site}
 
 
 def greet(language: str | None, tenant: str | None) -> tuple[int, dict[str, Any]]:
