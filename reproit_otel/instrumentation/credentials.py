@@ -60,7 +60,12 @@ restored exactly by :func:`uninstall_credentials`):
 ``django.contrib.auth``                        ``get_user`` and ``login``
 ``django.middleware.csrf._does_token_match``   ``CsrfViewMiddleware``
 ``jwt.PyJWT.decode_complete``                  ``jwt.decode`` (simplejwt, FastAPI)
-``jose.jwt.decode``                            python-jose, when installed
+``jwt.PyJWS.get_unverified_header`` and its    the header read before the check
+module names ``jwt.get_unverified_header``,    (Flask-JWT-Extended, Flask-AppBuilder's
+``jwt.api_jws.get_unverified_header``          API, a key set's ``kid``)
+``jose.jwt.decode``,                           python-jose, when installed
+``get_unverified_header``,
+``get_unverified_claims``
 =============================================  ======================================
 
 Never breaking the host: every step of ours is guarded; a failure to record is logged and the
@@ -263,6 +268,25 @@ def _jwt_served(data: dict[str, Any], args: Args, kwargs: Kwargs) -> Any:
     return {"header": data.get("header"), "payload": data.get("payload"), "signature": b""}
 
 
+def _token_at(index: int, name: str) -> Callable[[Args, Kwargs], dict[str, Any]]:
+    """The input of a check whose only argument is the token (at ``index``, or ``name``)."""
+
+    def read(args: Args, kwargs: Kwargs) -> dict[str, Any]:
+        return {"credential": _text(_argument(args, kwargs, index, name))}
+
+    return read
+
+
+def _header_result(result: Any) -> dict[str, Any]:
+    if not isinstance(result, dict):
+        raise _NotRecordable(f"the header is a {type(result).__name__}, not an object")
+    return {"header": _plain(result)}
+
+
+def _header_served(data: dict[str, Any], args: Args, kwargs: Kwargs) -> Any:
+    return data.get("header")
+
+
 def _jose_input(args: Args, kwargs: Kwargs) -> dict[str, Any]:
     algorithms = _argument(args, kwargs, 2, "algorithms")
     if isinstance(algorithms, str):
@@ -278,6 +302,8 @@ def _jose_result(result: Any) -> dict[str, Any]:
 
 
 _ITSDANGEROUS_BASE = ("itsdangerous.exc", "BadData")
+_PYJWT_BASE = ("jwt.exceptions", "PyJWTError")
+_JOSE_BASE = ("jose.exceptions", "JOSEError")
 _DJANGO_BASE = ("django.core.signing", "BadSignature")
 
 SEAMS: tuple[_Seam, ...] = (
@@ -366,18 +392,71 @@ SEAMS: tuple[_Seam, ...] = (
         "jwt.api_jwt",
         "PyJWT",
         "decode_complete",
-        ("jwt.exceptions", "PyJWTError"),
+        _PYJWT_BASE,
         _jwt_input,
         _jwt_result,
         _jwt_served,
+    ),
+    # The header read before the token is verified, to choose the key (Flask-JWT-Extended,
+    # a key set's ``kid``): a method of PyJWS, and bound to PyJWS's shared instance under two
+    # module names before anything could patch the class, so each is patched.
+    _Seam(
+        "jwt.get_unverified_header",
+        "jwt.api_jws",
+        "PyJWS",
+        "get_unverified_header",
+        _PYJWT_BASE,
+        _token_at(1, "jwt"),
+        _header_result,
+        _header_served,
+    ),
+    _Seam(
+        "jwt.get_unverified_header",
+        "jwt.api_jws",
+        "",
+        "get_unverified_header",
+        _PYJWT_BASE,
+        _token_at(0, "jwt"),
+        _header_result,
+        _header_served,
+    ),
+    _Seam(
+        "jwt.get_unverified_header",
+        "jwt",
+        "",
+        "get_unverified_header",
+        _PYJWT_BASE,
+        _token_at(0, "jwt"),
+        _header_result,
+        _header_served,
     ),
     _Seam(
         "jose.jwt.decode",
         "jose.jwt",
         "",
         "decode",
-        ("jose.exceptions", "JOSEError"),
+        _JOSE_BASE,
         _jose_input,
+        _jose_result,
+        _payload_served,
+    ),
+    _Seam(
+        "jose.jwt.get_unverified_header",
+        "jose.jwt",
+        "",
+        "get_unverified_header",
+        _JOSE_BASE,
+        _token_at(0, "token"),
+        _header_result,
+        _header_served,
+    ),
+    _Seam(
+        "jose.jwt.get_unverified_claims",
+        "jose.jwt",
+        "",
+        "get_unverified_claims",
+        _JOSE_BASE,
+        _token_at(0, "token"),
         _jose_result,
         _payload_served,
     ),

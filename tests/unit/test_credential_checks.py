@@ -131,7 +131,12 @@ def test_every_installed_library_is_patched_and_restored_exactly() -> None:
         itsdangerous.timed.TimedSerializer.__dict__["loads"],
         signing.Signer.__dict__["unsign"],
         jwt.api_jwt.PyJWT.__dict__["decode_complete"],
+        jwt.api_jws.PyJWS.__dict__["get_unverified_header"],
+        jwt.api_jws.get_unverified_header,
+        jwt.get_unverified_header,
         jose.jwt.decode,
+        jose.jwt.get_unverified_header,
+        jose.jwt.get_unverified_claims,
     )
     seams = credentials.install_credentials()
     try:
@@ -146,7 +151,12 @@ def test_every_installed_library_is_patched_and_restored_exactly() -> None:
             "django.contrib.auth:constant_time_compare",
             "django.middleware.csrf:_does_token_match",
             "jwt.api_jwt:PyJWT.decode_complete",
+            "jwt.api_jws:PyJWS.get_unverified_header",
+            "jwt.api_jws:get_unverified_header",
+            "jwt:get_unverified_header",
             "jose.jwt:decode",
+            "jose.jwt:get_unverified_header",
+            "jose.jwt:get_unverified_claims",
         ]
         assert credentials.installed_seams() == seams
         assert itsdangerous.serializer.Serializer.__dict__["loads"] is not originals[0]
@@ -158,7 +168,12 @@ def test_every_installed_library_is_patched_and_restored_exactly() -> None:
         itsdangerous.timed.TimedSerializer.__dict__["loads"],
         signing.Signer.__dict__["unsign"],
         jwt.api_jwt.PyJWT.__dict__["decode_complete"],
+        jwt.api_jws.PyJWS.__dict__["get_unverified_header"],
+        jwt.api_jws.get_unverified_header,
+        jwt.get_unverified_header,
         jose.jwt.decode,
+        jose.jwt.get_unverified_header,
+        jose.jwt.get_unverified_claims,
     ) == originals
 
 
@@ -506,6 +521,104 @@ def test_a_jwt_is_served_by_its_claims_and_an_expired_one_by_its_refusal(
     with pytest.raises(jwt.ExpiredSignatureError) as refused:
         jwt.decode("d.e.f", "replay-key-" * 3, algorithms=["HS256"])
     assert str(refused.value) == "Signature has expired"
+
+
+def test_the_header_read_before_the_check_is_served_for_a_stand_in(
+    pipeline: ListPipeline, replay: Any
+) -> None:
+    """Flask-JWT-Extended reads the header of the token it has not verified yet (to choose the
+    key): a stand-in is no JWT, so the header it reads in replay is the recorded one."""
+    token = jwt.encode({"sub": "ada"}, JWT_KEY, algorithm="HS256", headers={"kid": "k1"})
+    header = {"alg": "HS256", "kid": "k1", "typ": "JWT"}
+    assert jwt.get_unverified_header(token) == header
+    assert jwt.api_jws.get_unverified_header(token) == header
+    assert jwt.PyJWS().get_unverified_header(token) == header
+    with pytest.raises(jwt.DecodeError):
+        jwt.get_unverified_header("not-a-token")
+    exchanges = pipeline.exchanges()
+    read = {
+        "protocol": "invoke",
+        "request": {
+            "tool": "credential",
+            "op": "jwt.get_unverified_header",
+            "input": {"credential": _string_placeholder(len(token))},
+        },
+        "response": {"ok": True, "data": {"header": header}},
+    }
+    assert [_without_extras(e) for e in exchanges] == [
+        read,
+        read,
+        read,
+        {
+            "protocol": "invoke",
+            "request": {
+                "tool": "credential",
+                "op": "jwt.get_unverified_header",
+                "input": {"credential": _string_placeholder(len("not-a-token"))},
+            },
+            "response": {
+                "ok": False,
+                "error": {
+                    "code": "jwt.exceptions:DecodeError",
+                    "status": None,
+                    "message": "Not enough segments",
+                    "cause": None,
+                },
+            },
+        },
+    ]
+    recording.clear_pipeline(pipeline)
+
+    lines = replay(exchanges)
+    assert jwt.get_unverified_header("s" * len(token)) == header
+    assert jwt.api_jws.get_unverified_header("s" * len(token)) == header
+    assert jwt.PyJWS().get_unverified_header("s" * len(token)) == header
+    with pytest.raises(jwt.DecodeError) as refused:
+        jwt.get_unverified_header("s" * len("not-a-token"))
+    assert (str(refused.value), lines) == ("Not enough segments", [])
+
+
+def test_python_jose_unverified_reads_are_served_for_a_stand_in(
+    pipeline: ListPipeline, replay: Any
+) -> None:
+    token = jose.jwt.encode({"sub": "ada"}, JWT_KEY, algorithm="HS256", headers={"kid": "k1"})
+    assert jose.jwt.get_unverified_header(token) == {"alg": "HS256", "kid": "k1", "typ": "JWT"}
+    assert jose.jwt.get_unverified_claims(token) == {"sub": "ada"}
+    exchanges = pipeline.exchanges()
+    credential = {"credential": _string_placeholder(len(token))}
+    assert [_without_extras(e) for e in exchanges] == [
+        {
+            "protocol": "invoke",
+            "request": {
+                "tool": "credential",
+                "op": "jose.jwt.get_unverified_header",
+                "input": credential,
+            },
+            "response": {
+                "ok": True,
+                "data": {"header": {"alg": "HS256", "kid": "k1", "typ": "JWT"}},
+            },
+        },
+        {
+            "protocol": "invoke",
+            "request": {
+                "tool": "credential",
+                "op": "jose.jwt.get_unverified_claims",
+                "input": credential,
+            },
+            "response": {"ok": True, "data": {"payload": {"sub": "ada"}}},
+        },
+    ]
+    recording.clear_pipeline(pipeline)
+
+    lines = replay(exchanges)
+    assert jose.jwt.get_unverified_header("s" * len(token)) == {
+        "alg": "HS256",
+        "kid": "k1",
+        "typ": "JWT",
+    }
+    assert jose.jwt.get_unverified_claims("s" * len(token)) == {"sub": "ada"}
+    assert lines == []
 
 
 # -- D5 ----------------------------------------------------------------------------------------
