@@ -169,7 +169,8 @@ def _items(text: str, start: int, ends: frozenset[str]) -> list[str] | None:
     body = text[start:stop].strip()
     head = body.upper()
     if head.startswith("DISTINCT ON"):
-        close = _matching_paren(body, body.index("("))
+        opening = body.find("(")
+        close = _matching_paren(body, opening) if opening >= 0 else None
         if close is None:
             return None
         body = body[close + 1 :].strip()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from reproit_otel.wire.select_list import result_columns
 
@@ -38,6 +40,8 @@ CASES: list[tuple[str, list[str] | None]] = [
     # what only the catalogue knows, or nothing to read
     ("SELECT * FROM t", None),
     ("SELECT t.*, 1 FROM t", None),
+    ("SELECT DISTINCT ON a FROM t", None),
+    ("SELECT DISTINCT ON (a FROM t", None),
     ("INSERT INTO t VALUES (1)", None),
     ("CREATE TABLE t (a int)", None),
     ("", None),
@@ -49,3 +53,15 @@ def test_result_columns_are_named_as_the_server_names_them(
     text: str, names: list[str] | None
 ) -> None:
     assert result_columns(text) == names
+
+
+PIECES = ["SELECT", "DISTINCT", "ON", "ALL", "WITH", "INSERT", "UPDATE", "DELETE", "RETURNING"]
+PIECES += ["FROM", "AS", "CASE", "END", "(", ")", '"', "'", "''", ",", ".", "*", "::", "--"]
+PIECES += ["/*", "*/", "\n", "a", "b_1", "count", "x$"]
+
+
+@settings(max_examples=500)
+@given(st.lists(st.sampled_from(PIECES), max_size=16), st.sampled_from([" ", ""]))
+def test_any_text_gives_names_or_none_and_never_raises(pieces: list[str], glue: str) -> None:
+    names = result_columns(glue.join(pieces))
+    assert names is None or (names and all(isinstance(name, str) for name in names))
