@@ -57,13 +57,20 @@ each patch keeps the original and is restored exactly by :func:`uninstall_creden
 ``itsdangerous.Serializer.loads``,             Flask sessions, Flask-WTF CSRF, any
 ``itsdangerous.TimedSerializer.loads``         ``URLSafe(Timed)Serializer``
 ``flask_login.login_manager.decode_cookie``    Flask-Login remember cookies
+``flask_login.login_manager.                   Flask-Login session protection
+_create_identifier``
 ``django.core.signing.Signer.unsign_object``   ``signing.loads``, database and cookie
 ``Signer.unsign``, ``TimestampSigner.unsign``  sessions, messages, ``get_signed_cookie``
 ``constant_time_compare`` of                   the session auth hash check in
 ``django.contrib.auth``                        ``get_user`` and ``login``
 ``django.middleware.csrf._does_token_match``   ``CsrfViewMiddleware``
 ``jwt.PyJWT.decode_complete``                  ``jwt.decode`` (simplejwt, FastAPI)
-``jose.jwt.decode``                            python-jose, when installed
+``jwt.PyJWS.get_unverified_header`` and its    the header read before the check
+module names ``jwt.get_unverified_header``,    (Flask-JWT-Extended, Flask-AppBuilder's
+``jwt.api_jws.get_unverified_header``          API, a key set's ``kid``)
+``jose.jwt.decode``,                           python-jose, when installed
+``get_unverified_header``,
+``get_unverified_claims``
 =============================================  ======================================
 
 Never breaking the host: every step of ours is guarded; a failure to record is logged and the
@@ -147,15 +154,22 @@ _PAYLOAD_SECRETS = frozenset({"_auth_user_hash"})
 auth hash (an HMAC of the password hash under ``SECRET_KEY``)."""
 
 
+_SESSION_IDENTIFIER = "_id"
+"""Flask-Login's session identifier, beside its ``_user_id``: a hash of the client's address
+and User-Agent (so of an address a guess can recover). It is recorded as a secret, as the
+identifier check that compares with it is (``flask_login.session_identifier``), so a replay
+from another address gives both one stand-in and the session stays the user's."""
+
+
 def _secret_or_payload(result: Any) -> dict[str, Any]:
     """A bare string is part of the credential (a secret); anything else is a payload."""
     if isinstance(result, (str, bytes, bytearray)):
         return {"token": _text(result)}
     payload = _plain(result)
     if isinstance(payload, dict):
+        secrets = _PAYLOAD_SECRETS | ({_SESSION_IDENTIFIER} if "_user_id" in payload else set())
         payload = {
-            key: placeholder(value) if key in _PAYLOAD_SECRETS else value
-            for key, value in payload.items()
+            key: placeholder(value) if key in secrets else value for key, value in payload.items()
         }
     return {"payload": payload}
 
@@ -192,6 +206,9 @@ class _Seam:
     """The recorded input: the credential under ``credential``, plus what tells checks apart."""
     result: Callable[[Any], dict[str, Any]]
     served: Callable[[dict[str, Any], Args, Kwargs], Any]
+    applies: Callable[[], bool] | None = None
+    """Whether this call is a check (None: every call is). A call that is not runs as it
+    always did, neither recorded nor served."""
 
 
 def _salted(owner: Any, salt: Any) -> dict[str, Any]:
@@ -236,6 +253,20 @@ def _decode_cookie_result(result: Any) -> dict[str, Any]:
     return {"payload": _plain(result)}
 
 
+def _no_input(args: Args, kwargs: Kwargs) -> dict[str, Any]:
+    return {}
+
+
+def _session_holds_identifier() -> bool:
+    """Whether Flask's session of the current request holds Flask-Login's ``_id``: only then
+    is the client's identifier compared with something (every request computes it, those of
+    no session too, such as ``check``'s probes while the replayed application boots)."""
+    flask = sys.modules.get("flask")
+    if flask is None or not flask.has_request_context():
+        return False
+    return _SESSION_IDENTIFIER in flask.session
+
+
 def _payload_served(data: dict[str, Any], args: Args, kwargs: Kwargs) -> Any:
     return _served_value(data)
 
@@ -273,6 +304,25 @@ def _jwt_served(data: dict[str, Any], args: Args, kwargs: Kwargs) -> Any:
     return {"header": data.get("header"), "payload": data.get("payload"), "signature": b""}
 
 
+def _token_at(index: int, name: str) -> Callable[[Args, Kwargs], dict[str, Any]]:
+    """The input of a check whose only argument is the token (at ``index``, or ``name``)."""
+
+    def read(args: Args, kwargs: Kwargs) -> dict[str, Any]:
+        return {"credential": _text(_argument(args, kwargs, index, name))}
+
+    return read
+
+
+def _header_result(result: Any) -> dict[str, Any]:
+    if not isinstance(result, dict):
+        raise _NotRecordable(f"the header is a {type(result).__name__}, not an object")
+    return {"header": _plain(result)}
+
+
+def _header_served(data: dict[str, Any], args: Args, kwargs: Kwargs) -> Any:
+    return data.get("header")
+
+
 def _jose_input(args: Args, kwargs: Kwargs) -> dict[str, Any]:
     algorithms = _argument(args, kwargs, 2, "algorithms")
     if isinstance(algorithms, str):
@@ -288,6 +338,8 @@ def _jose_result(result: Any) -> dict[str, Any]:
 
 
 _ITSDANGEROUS_BASE = ("itsdangerous.exc", "BadData")
+_PYJWT_BASE = ("jwt.exceptions", "PyJWTError")
+_JOSE_BASE = ("jose.exceptions", "JOSEError")
 _DJANGO_BASE = ("django.core.signing", "BadSignature")
 
 SEAMS: tuple[_Seam, ...] = (
@@ -320,6 +372,22 @@ SEAMS: tuple[_Seam, ...] = (
         _decode_cookie_input,
         _decode_cookie_result,
         _payload_served,
+    ),
+    # Session protection: the identifier of the client (its address and User-Agent) compared
+    # with the session's ``_id``. A replay comes from another address: the recorded
+    # identifier is served, so the session is the user's as it was, fresh or not. Only a
+    # call made while the session holds an ``_id`` is a check. LoginManager keeps the
+    # function it finds here when it is made (after the patch, under opentelemetry-instrument).
+    _Seam(
+        "flask_login.session_identifier",
+        "flask_login.login_manager",
+        "",
+        "_create_identifier",
+        None,
+        _no_input,
+        _secret_or_payload,
+        _payload_served,
+        _session_holds_identifier,
     ),
     _Seam(
         "django.signing.unsign_object",
@@ -376,18 +444,71 @@ SEAMS: tuple[_Seam, ...] = (
         "jwt.api_jwt",
         "PyJWT",
         "decode_complete",
-        ("jwt.exceptions", "PyJWTError"),
+        _PYJWT_BASE,
         _jwt_input,
         _jwt_result,
         _jwt_served,
+    ),
+    # The header read before the token is verified, to choose the key (Flask-JWT-Extended,
+    # a key set's ``kid``): a method of PyJWS, and bound to PyJWS's shared instance under two
+    # module names before anything could patch the class, so each is patched.
+    _Seam(
+        "jwt.get_unverified_header",
+        "jwt.api_jws",
+        "PyJWS",
+        "get_unverified_header",
+        _PYJWT_BASE,
+        _token_at(1, "jwt"),
+        _header_result,
+        _header_served,
+    ),
+    _Seam(
+        "jwt.get_unverified_header",
+        "jwt.api_jws",
+        "",
+        "get_unverified_header",
+        _PYJWT_BASE,
+        _token_at(0, "jwt"),
+        _header_result,
+        _header_served,
+    ),
+    _Seam(
+        "jwt.get_unverified_header",
+        "jwt",
+        "",
+        "get_unverified_header",
+        _PYJWT_BASE,
+        _token_at(0, "jwt"),
+        _header_result,
+        _header_served,
     ),
     _Seam(
         "jose.jwt.decode",
         "jose.jwt",
         "",
         "decode",
-        ("jose.exceptions", "JOSEError"),
+        _JOSE_BASE,
         _jose_input,
+        _jose_result,
+        _payload_served,
+    ),
+    _Seam(
+        "jose.jwt.get_unverified_header",
+        "jose.jwt",
+        "",
+        "get_unverified_header",
+        _JOSE_BASE,
+        _token_at(0, "token"),
+        _header_result,
+        _header_served,
+    ),
+    _Seam(
+        "jose.jwt.get_unverified_claims",
+        "jose.jwt",
+        "",
+        "get_unverified_claims",
+        _JOSE_BASE,
+        _token_at(0, "token"),
         _jose_result,
         _payload_served,
     ),
@@ -538,6 +659,12 @@ def _early_request() -> InboundRequest | None:
     return None
 
 
+def _applies(seam: _Seam) -> bool:
+    with guarded("credentials.applies"):
+        return seam.applies is None or seam.applies()
+    return False
+
+
 def _replay_session() -> ReplaySession | None:
     with guarded("credentials.session"):
         return active_session()
@@ -553,6 +680,8 @@ def _recorder() -> ExchangeRecorder | None:
 def _through(seam: _Seam, original: Callable[..., Any], args: Args, kwargs: Kwargs) -> Any:
     if _inside.get():
         return original(*args, **kwargs)  # part of the check that encloses it
+    if seam.applies is not None and not _applies(seam):
+        return original(*args, **kwargs)
     session = _replay_session()
     if session is not None:
         token = _inside.set(True)

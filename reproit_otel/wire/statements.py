@@ -44,7 +44,8 @@ classified text with savepoint names replaced by ``<name>``, so Django's
 :func:`default_response` is the documented answer when the recording holds none for a
 connection-scope statement (or for a data statement asked before the recorded request):
 command tags, one-row answers for ``SHOW``/``set_config``/``current_setting``/``version()``/
-``current_schema()``/``SELECT 1``, no rows for ``pg_type`` lookups and other reads. The
+``current_schema()``/``SELECT 1``, no rows for ``pg_type`` lookups and other reads (with the
+columns the statement names, :func:`~reproit_otel.wire.select_list.result_columns`). The
 answers are in the recorded ``pg`` response shape (``command``, ``rowCount``, ``rows``,
 ``columns``), so replay serves them like a recording.
 """
@@ -54,6 +55,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any, Final
+
+from reproit_otel.wire.select_list import result_columns
 
 __all__ = [
     "CONNECTION_SCOPE",
@@ -318,13 +321,17 @@ def default_response(
     if upper.startswith(("SET ", "RESET ", "DISCARD ")):
         return _no_result(upper.split(" ", 1)[0] if not upper.startswith("DISCARD") else upper)
     # A data statement asked before the recorded request: nothing to read, nothing changed.
+    # The result still has its columns (named from the statement, as the server names them):
+    # code that reads a result by position or name looks at them before it looks at the rows.
     verb = upper.split(" ", 1)[0] if upper else ""
+    names = result_columns(text)
+    columns = None if names is None else [_column(name, _TEXT_OID) for name in names]
     if verb in ("SELECT", "WITH", "VALUES", "TABLE"):
-        return {"command": "SELECT 0", "rowCount": 0, "rows": [], "columns": []}
+        return {"command": "SELECT 0", "rowCount": 0, "rows": [], "columns": columns or []}
     if verb == "INSERT":
-        return _no_result("INSERT 0 0") | {"rowCount": 0}
+        return _no_result("INSERT 0 0") | {"rowCount": 0, "columns": columns}
     if verb in ("UPDATE", "DELETE"):
-        return _no_result(f"{verb} 0") | {"rowCount": 0}
+        return _no_result(f"{verb} 0") | {"rowCount": 0, "columns": columns}
     return _no_result(verb or "EMPTY")
 
 

@@ -95,11 +95,13 @@ def run_logged_in(
     workdir: Path,
     scenario: Callable[[httpx.Client], Scenario],
     production: Mapping[str, str],
+    client_address: str = "127.0.0.1",
 ) -> Iterator[LoggedInRun]:
     """Capture the scenario's failures of ``stack``, then stop PostgreSQL.
 
     ``production`` is the environment only production has (its secret key): the application
-    is prepared and captured with it, and replayed without it.
+    is prepared and captured with it, and replayed without it. The scenario's client sends
+    from ``client_address`` (a loopback address; ``check`` replays from 127.0.0.1).
     """
     ingest = ServedIngest(f"sqlite:///{workdir / 'ingest.db'}", "--api-key", KEY)
     postgres = ThrowawayPostgres()
@@ -120,7 +122,10 @@ def run_logged_in(
             "REPROIT_FLUSH_INTERVAL_MS": "100",
         }
         with serving(stack, capture_env) as port:
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            transport = httpx.HTTPTransport(local_address=client_address)
+            with httpx.Client(
+                base_url=f"http://127.0.0.1:{port}", timeout=30, transport=transport
+            ) as client:
                 done = scenario(client)
             occurrences = {
                 name: wait_for_occurrence(ingest, f"{sent.method} {sent.path}")

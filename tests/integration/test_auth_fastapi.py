@@ -8,7 +8,10 @@ stopped and another secret key, ``reproit-otel check`` replays it as the same us
 recorded claims are served for the stand-in token): reproduced, then fixed. Neither the
 password nor the token is in any artifact. The same API making its tokens with python-jose
 (``NOTES_JWT=jose``, FastAPI's tutorial before it moved to PyJWT) replays the same way through
-the ``jose.jwt.decode`` seam.
+the ``jose.jwt.decode`` seam. With ``NOTES_KEY_ID=1`` the API reads the token's header
+before verifying it (``jwt.get_unverified_header``, to choose the key by its ``kid``, as
+Flask-JWT-Extended and services that rotate keys do): that read is served from the recording
+too, since a stand-in has no header to read.
 """
 
 from __future__ import annotations
@@ -47,13 +50,20 @@ def init(env: Mapping[str, str]) -> None:
     )
 
 
-CHECKS = {"pyjwt": "jwt.decode", "jose": "jose.jwt.decode"}
-"""The credential check each JWT library's ``decode`` is recorded as."""
+VARIANTS: dict[str, tuple[dict[str, str], list[str]]] = {
+    "pyjwt": ({"NOTES_JWT": "pyjwt"}, ["jwt.decode"]),
+    "jose": ({"NOTES_JWT": "jose"}, ["jose.jwt.decode"]),
+    "pyjwt-kid": (
+        {"NOTES_JWT": "pyjwt", "NOTES_KEY_ID": "1"},
+        ["jwt.get_unverified_header", "jwt.decode"],
+    ),
+}
+"""Each variant's settings and the credential checks its request records, in order."""
 
 
-def stack(library: str) -> Stack:
+def stack(variant: str) -> Stack:
     return Stack(
-        name=f"notes-fastapi-{library}",
+        name=f"notes-fastapi-{variant}",
         cwd=APP,
         serve=(UVICORN, "--port", "{port}", "app:app"),
         healthy=Request("GET", "/"),
@@ -61,7 +71,7 @@ def stack(library: str) -> Stack:
         prepare=init,
         env={
             "NOTES_SECRET_KEY": "the-replaying-laptop-has-another-key-entirely",
-            "NOTES_JWT": library,
+            **VARIANTS[variant][0],
         },
     )
 
@@ -84,7 +94,7 @@ def sign_in_and_fail(client: httpx.Client) -> Scenario:
     return done
 
 
-@pytest.fixture(scope="module", params=sorted(CHECKS))
+@pytest.fixture(scope="module", params=sorted(VARIANTS))
 def signed_in(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LoggedInRun]:
@@ -96,14 +106,21 @@ def signed_in(
 
 def test_the_bearer_failure_is_captured_with_the_decoded_claims(signed_in: LoggedInRun) -> None:
     capture = signed_in.run.captures["bearer"]
-    library = signed_in.run.stack.env["NOTES_JWT"]
+    env = signed_in.run.stack.env
+    variant = signed_in.run.stack.name.removeprefix("notes-fastapi-")
     assert capture.status == 500, capture.body
-    assert recorded_checks(capture.capsule) == [CHECKS[library]]
-    [check] = [e for e in exchanges(capture.capsule) if e["protocol"] == "invoke"]
+    assert recorded_checks(capture.capsule) == VARIANTS[variant][1]
+    *read, check = [e for e in exchanges(capture.capsule) if e["protocol"] == "invoke"]
     data = check["response"]["data"]
     assert (sorted(data["payload"]), data["payload"]["sub"]) == (["exp", "sub"], "ada")
     # PyJWT's decode_complete also hands back the header; python-jose's decode the claims only.
-    assert data.get("header") == ({"alg": "HS256", "typ": "JWT"} if library == "pyjwt" else None)
+    header = {"alg": "HS256", "typ": "JWT", **({"kid": "current"} if read else {})}
+    assert data.get("header") == (header if env["NOTES_JWT"] == "pyjwt" else None)
+    # The header read before the check is its outcome too: the replay serves it for the
+    # stand-in, which is no JWT and whose header could not be read.
+    assert [e["response"] for e in read] == (
+        [{"ok": True, "data": {"header": header}}] if read else []
+    )
 
 
 def test_neither_password_nor_token_reaches_the_ingest(signed_in: LoggedInRun) -> None:

@@ -6,11 +6,15 @@ PostgreSQL. The user signs in with the login form, then sends a CSRF-protected n
 a JSON note with the ``X-CSRFToken`` header; both hit the planted bug (500). With PostgreSQL
 stopped and another secret key, ``reproit-otel check`` replays each as the same user:
 reproduced, then fixed with the fix. No password, cookie or CSRF token is in any artifact.
+The same runs under Flask-Login's ``strong`` session protection with the user's requests sent
+from another address than the replay's (127.0.0.2): the client identifier the session is
+bound to is served from the recording, so the replayed request is still the user's.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import re
 import subprocess
@@ -104,11 +108,16 @@ def sign_in_and_fail(client: httpx.Client) -> Scenario:
     return done
 
 
-@pytest.fixture(scope="module")
-def signed_in(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoggedInRun]:
+@pytest.fixture(scope="module", params=["basic", "strong"])
+def signed_in(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LoggedInRun]:
+    protection = request.param
     production = {"NOTES_SECRET_KEY": SECRET_KEY}
-    workdir = tmp_path_factory.mktemp("notes-flask")
-    with run_logged_in(STACK, workdir, sign_in_and_fail, production) as run:
+    stack = dataclasses.replace(STACK, env={**STACK.env, "NOTES_SESSION_PROTECTION": protection})
+    workdir = tmp_path_factory.mktemp(f"notes-flask-{protection}")
+    address = "127.0.0.2" if protection == "strong" else "127.0.0.1"
+    with run_logged_in(stack, workdir, sign_in_and_fail, production, address) as run:
         yield run
 
 
@@ -119,9 +128,14 @@ def test_the_signed_in_failure_is_captured_with_its_credential_checks(
     capture = signed_in.run.captures[kind]
     assert capture.status == 500, capture.body
     assert capture.capsule["events"][-1]["status"] == 500
-    # Flask's session cookie, then Flask-WTF's token: both checked by itsdangerous.
-    assert recorded_checks(capture.capsule) == ["itsdangerous.loads", "itsdangerous.loads"]
-    session, token = [e for e in exchanges(capture.capsule) if e["protocol"] == "invoke"]
+    # Flask's session cookie, then Flask-WTF's token: both checked by itsdangerous; then
+    # Flask-Login compares the client's identifier with the session's.
+    assert recorded_checks(capture.capsule) == [
+        "itsdangerous.loads",
+        "itsdangerous.loads",
+        "flask_login.session_identifier",
+    ]
+    session, token, client = [e for e in exchanges(capture.capsule) if e["protocol"] == "invoke"]
     assert [session["request"]["input"]["salt"], token["request"]["input"]["salt"]] == [
         "cookie-session",
         "wtf-csrf-token",
@@ -133,6 +147,10 @@ def test_the_signed_in_failure_is_captured_with_its_credential_checks(
     assert (kept["type"], kept["length"], kept["class"]) == ("string", 40, "hex")
     assert re.fullmatch(r"[0-9a-f]{24}", kept["id"])
     assert carried == kept
+    # The identifier (a hash of the client's address) and the session's copy: one secret.
+    bound = session["response"]["data"]["payload"]["_id"]["$reproit"]
+    assert (bound["length"], bound["class"]) == (128, "hex")
+    assert client["response"] == {"ok": True, "data": {"token": {"$reproit": bound}}}
 
 
 def test_no_password_cookie_or_csrf_token_reaches_the_ingest(signed_in: LoggedInRun) -> None:

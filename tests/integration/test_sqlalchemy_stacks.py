@@ -220,3 +220,31 @@ def test_an_engine_on_pg8000_makes_every_capture_incomplete(version: str, tmp_pa
         if postgres.data.exists():
             postgres.stop()
         ingest.stop()
+
+
+@pytest.fixture(scope="module")
+def booted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackRun]:
+    """The Flask ledger reading its catalogue and a row at import, before its first request."""
+    stack = Stack(
+        name="flask-sqlalchemy-boot-check",
+        cwd=APP,
+        serve=SERVERS["flask-sqlalchemy"],
+        healthy=payment(HEALTHY_CUSTOMER),
+        failing=payment,
+        prepare=create_tables,
+        env={"LEDGER_BOOT_CHECK": "1"},
+    )
+    with run_stack(stack, tmp_path_factory.mktemp(stack.name)) as result:
+        yield result
+
+
+@pytest.mark.parametrize("kind", ["cold", "warm"])
+def test_reads_at_boot_get_empty_results_with_their_columns(booted: StackRun, kind: str) -> None:
+    """Replay answers the boot's reads (none of them in the capsule) with no rows and the
+    columns they name: SQLAlchemy's inspector takes the first one, so the app boots with its
+    database stopped and the recorded request fails as it did, then passes with the fix."""
+    code, result = booted.check(kind)
+    assert (code, result["verdict"], result["divergences"]) == (1, "reproduced", []), dumped(result)
+    assert result["observedResult"]["status"] == 500
+    code, result = booted.check(kind, LEDGER_FIXED="1")
+    assert (code, result["verdict"]) == (0, "fixed"), dumped(result)

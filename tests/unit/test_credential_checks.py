@@ -131,7 +131,12 @@ def test_every_installed_library_is_patched_and_restored_exactly() -> None:
         itsdangerous.timed.TimedSerializer.__dict__["loads"],
         signing.Signer.__dict__["unsign"],
         jwt.api_jwt.PyJWT.__dict__["decode_complete"],
+        jwt.api_jws.PyJWS.__dict__["get_unverified_header"],
+        jwt.api_jws.get_unverified_header,
+        jwt.get_unverified_header,
         jose.jwt.decode,
+        jose.jwt.get_unverified_header,
+        jose.jwt.get_unverified_claims,
     )
     seams = credentials.install_credentials()
     try:
@@ -140,13 +145,19 @@ def test_every_installed_library_is_patched_and_restored_exactly() -> None:
             "itsdangerous.serializer:Serializer.loads",
             "itsdangerous.timed:TimedSerializer.loads",
             "flask_login.login_manager:decode_cookie",
+            "flask_login.login_manager:_create_identifier",
             "django.core.signing:Signer.unsign_object",
             "django.core.signing:Signer.unsign",
             "django.core.signing:TimestampSigner.unsign",
             "django.contrib.auth:constant_time_compare",
             "django.middleware.csrf:_does_token_match",
             "jwt.api_jwt:PyJWT.decode_complete",
+            "jwt.api_jws:PyJWS.get_unverified_header",
+            "jwt.api_jws:get_unverified_header",
+            "jwt:get_unverified_header",
             "jose.jwt:decode",
+            "jose.jwt:get_unverified_header",
+            "jose.jwt:get_unverified_claims",
         ]
         assert credentials.installed_seams() == seams
         assert itsdangerous.serializer.Serializer.__dict__["loads"] is not originals[0]
@@ -158,7 +169,12 @@ def test_every_installed_library_is_patched_and_restored_exactly() -> None:
         itsdangerous.timed.TimedSerializer.__dict__["loads"],
         signing.Signer.__dict__["unsign"],
         jwt.api_jwt.PyJWT.__dict__["decode_complete"],
+        jwt.api_jws.PyJWS.__dict__["get_unverified_header"],
+        jwt.api_jws.get_unverified_header,
+        jwt.get_unverified_header,
         jose.jwt.decode,
+        jose.jwt.get_unverified_header,
+        jose.jwt.get_unverified_claims,
     ) == originals
 
 
@@ -252,14 +268,14 @@ def test_an_unrecorded_check_in_replay_is_a_divergence_never_a_live_check(
 # -- Flask-Login and Flask-WTF on a real Flask app ---------------------------------------------
 
 
-def _flask_app(secret: str) -> Flask:
+def _flask_app(secret: str, protection: str = "basic") -> Flask:
     from flask_login import LoginManager, UserMixin, current_user, login_required, login_user
     from flask_wtf import FlaskForm
     from flask_wtf.csrf import CSRFProtect
     from wtforms import StringField
 
     app = Flask(__name__)
-    app.config.update(SECRET_KEY=secret, WTF_CSRF_TIME_LIMIT=None)
+    app.config.update(SECRET_KEY=secret, WTF_CSRF_TIME_LIMIT=None, SESSION_PROTECTION=protection)
     CSRFProtect(app)
     login = LoginManager(app)
 
@@ -278,6 +294,10 @@ def _flask_app(secret: str) -> Flask:
     def show_login() -> str:
         login_user(User("42"))
         return NoteForm().csrf_token.current_token or ""
+
+    @app.get("/whoami")
+    def whoami() -> dict[str, Any]:
+        return {"authenticated": current_user.is_authenticated}
 
     @app.post("/notes")
     @login_required
@@ -302,9 +322,10 @@ def test_a_logged_in_csrf_protected_post_replays_as_the_same_user_without_the_ke
     answer = client.post("/notes", data={"csrf_token": token, "title": "hello"})
     assert answer.get_json() == {"user": "42", "title": "hello", "fresh": True}
     exchanges = pipeline.exchanges()
-    assert [(e["request"]["op"], e["request"]["input"]["salt"]) for e in exchanges] == [
+    assert [(e["request"]["op"], e["request"]["input"].get("salt")) for e in exchanges] == [
         ("itsdangerous.loads", "cookie-session"),
-        ("itsdangerous.loads", "wtf-csrf-token"),
+        ("itsdangerous.loads", "wtf-csrf-token"),  # CSRFProtect checks before the view
+        ("flask_login.session_identifier", None),  # login_required loads the user
     ]
     recorded = repr(exchanges)
     for secret in (token, cookie.value, "production-secret-key"):
@@ -320,6 +341,57 @@ def test_a_logged_in_csrf_protected_post_replays_as_the_same_user_without_the_ke
     replaying = _flask_app("the-replay-machine-key").test_client()
     replaying.set_cookie("session", "x" * len(cookie.value))
     answer = replaying.post("/notes", data={"csrf_token": "y" * len(token), "title": "hello"})
+    assert answer.get_json() == {"user": "42", "title": "hello", "fresh": True}
+    assert lines == []
+
+
+def test_strong_session_protection_replays_the_recorded_client_from_another_address(
+    pipeline: ListPipeline, replay: Any
+) -> None:
+    """Flask-Login binds a session to a hash of the client's address and User-Agent (``_id``),
+    and under ``strong`` protection logs out a session presented from elsewhere; a replay
+    comes from 127.0.0.1. The identifier is recorded as a secret with the identity of the
+    session's ``_id``, so both get one stand-in. A request of no session (``check``'s probes)
+    computes it too: that is no check, neither recorded nor served."""
+    production = _flask_app("production-secret-key", protection="strong")
+    client = production.test_client()
+    client_address = {"REMOTE_ADDR": "203.0.113.7"}
+    token = client.get("/login", environ_base=client_address).get_data(as_text=True)
+    cookie = client.get_cookie("session")
+    assert cookie is not None
+    with production.test_request_context(environ_base=client_address):
+        from flask_login.utils import _create_identifier
+
+        identifier = _create_identifier()
+    assert production.test_client().get("/whoami").get_json() == {"authenticated": False}
+    assert pipeline.exchanges() == []
+    answer = client.post(
+        "/notes", data={"csrf_token": token, "title": "hello"}, environ_base=client_address
+    )
+    assert answer.get_json() == {"user": "42", "title": "hello", "fresh": True}
+    exchanges = pipeline.exchanges()
+    assert [e["request"]["op"] for e in exchanges] == [
+        "itsdangerous.loads",
+        "itsdangerous.loads",
+        "flask_login.session_identifier",
+    ]
+    session_id = exchanges[0]["response"]["data"]["payload"]["_id"]
+    assert exchanges[2]["request"] == {
+        "tool": "credential",
+        "op": "flask_login.session_identifier",
+        "input": {},
+    }
+    assert exchanges[2]["response"] == {"ok": True, "data": {"token": session_id}}
+    assert _without_extras(session_id) == _string_placeholder(128)
+    assert identifier not in repr(exchanges)
+    recording.clear_pipeline(pipeline)
+
+    lines = replay(exchanges)
+    replaying = _flask_app("the-replay-machine-key", protection="strong")
+    assert replaying.test_client().get("/whoami").get_json() == {"authenticated": False}
+    client = replaying.test_client()
+    client.set_cookie("session", "x" * len(cookie.value))
+    answer = client.post("/notes", data={"csrf_token": "y" * len(token), "title": "hello"})
     assert answer.get_json() == {"user": "42", "title": "hello", "fresh": True}
     assert lines == []
 
@@ -506,6 +578,104 @@ def test_a_jwt_is_served_by_its_claims_and_an_expired_one_by_its_refusal(
     with pytest.raises(jwt.ExpiredSignatureError) as refused:
         jwt.decode("d.e.f", "replay-key-" * 3, algorithms=["HS256"])
     assert str(refused.value) == "Signature has expired"
+
+
+def test_the_header_read_before_the_check_is_served_for_a_stand_in(
+    pipeline: ListPipeline, replay: Any
+) -> None:
+    """Flask-JWT-Extended reads the header of the token it has not verified yet (to choose the
+    key): a stand-in is no JWT, so the header it reads in replay is the recorded one."""
+    token = jwt.encode({"sub": "ada"}, JWT_KEY, algorithm="HS256", headers={"kid": "k1"})
+    header = {"alg": "HS256", "kid": "k1", "typ": "JWT"}
+    assert jwt.get_unverified_header(token) == header
+    assert jwt.api_jws.get_unverified_header(token) == header
+    assert jwt.PyJWS().get_unverified_header(token) == header
+    with pytest.raises(jwt.DecodeError):
+        jwt.get_unverified_header("not-a-token")
+    exchanges = pipeline.exchanges()
+    read = {
+        "protocol": "invoke",
+        "request": {
+            "tool": "credential",
+            "op": "jwt.get_unverified_header",
+            "input": {"credential": _string_placeholder(len(token))},
+        },
+        "response": {"ok": True, "data": {"header": header}},
+    }
+    assert [_without_extras(e) for e in exchanges] == [
+        read,
+        read,
+        read,
+        {
+            "protocol": "invoke",
+            "request": {
+                "tool": "credential",
+                "op": "jwt.get_unverified_header",
+                "input": {"credential": _string_placeholder(len("not-a-token"))},
+            },
+            "response": {
+                "ok": False,
+                "error": {
+                    "code": "jwt.exceptions:DecodeError",
+                    "status": None,
+                    "message": "Not enough segments",
+                    "cause": None,
+                },
+            },
+        },
+    ]
+    recording.clear_pipeline(pipeline)
+
+    lines = replay(exchanges)
+    assert jwt.get_unverified_header("s" * len(token)) == header
+    assert jwt.api_jws.get_unverified_header("s" * len(token)) == header
+    assert jwt.PyJWS().get_unverified_header("s" * len(token)) == header
+    with pytest.raises(jwt.DecodeError) as refused:
+        jwt.get_unverified_header("s" * len("not-a-token"))
+    assert (str(refused.value), lines) == ("Not enough segments", [])
+
+
+def test_python_jose_unverified_reads_are_served_for_a_stand_in(
+    pipeline: ListPipeline, replay: Any
+) -> None:
+    token = jose.jwt.encode({"sub": "ada"}, JWT_KEY, algorithm="HS256", headers={"kid": "k1"})
+    assert jose.jwt.get_unverified_header(token) == {"alg": "HS256", "kid": "k1", "typ": "JWT"}
+    assert jose.jwt.get_unverified_claims(token) == {"sub": "ada"}
+    exchanges = pipeline.exchanges()
+    credential = {"credential": _string_placeholder(len(token))}
+    assert [_without_extras(e) for e in exchanges] == [
+        {
+            "protocol": "invoke",
+            "request": {
+                "tool": "credential",
+                "op": "jose.jwt.get_unverified_header",
+                "input": credential,
+            },
+            "response": {
+                "ok": True,
+                "data": {"header": {"alg": "HS256", "kid": "k1", "typ": "JWT"}},
+            },
+        },
+        {
+            "protocol": "invoke",
+            "request": {
+                "tool": "credential",
+                "op": "jose.jwt.get_unverified_claims",
+                "input": credential,
+            },
+            "response": {"ok": True, "data": {"payload": {"sub": "ada"}}},
+        },
+    ]
+    recording.clear_pipeline(pipeline)
+
+    lines = replay(exchanges)
+    assert jose.jwt.get_unverified_header("s" * len(token)) == {
+        "alg": "HS256",
+        "kid": "k1",
+        "typ": "JWT",
+    }
+    assert jose.jwt.get_unverified_claims("s" * len(token)) == {"sub": "ada"}
+    assert lines == []
 
 
 # -- D5 ----------------------------------------------------------------------------------------

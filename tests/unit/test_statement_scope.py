@@ -148,13 +148,34 @@ DEFAULTS: list[tuple[str, Any, Any]] = [
             "columns": [["oid", 26, None, None, None, None, None, None, None]],
         },
     ),
-    # data statements asked before the recorded request: empty, changing nothing
+    # data statements asked before the recorded request: empty, changing nothing, with the
+    # columns the statement names (SQLAlchemy's inspector reads the first one at boot)
     (
         "SELECT c.relname FROM pg_catalog.pg_class c",
+        None,
+        {
+            "command": "SELECT 0",
+            "rowCount": 0,
+            "rows": [],
+            "columns": [["relname", 25, None, None, None, None, None, None, None]],
+        },
+    ),
+    (
+        "SELECT * FROM t",
         None,
         {"command": "SELECT 0", "rowCount": 0, "rows": [], "columns": []},
     ),
     ("INSERT INTO t VALUES (1)", None, _none("INSERT 0 0", 0)),
+    (
+        "INSERT INTO t (a) VALUES (%(a)s) RETURNING t.id",
+        {"a": 1},
+        {
+            "command": "INSERT 0 0",
+            "rowCount": 0,
+            "rows": [],
+            "columns": [["id", 25, None, None, None, None, None, None, None]],
+        },
+    ),
     ("UPDATE t SET a = 1", None, _none("UPDATE 0", 0)),
     ("DELETE FROM t", None, _none("DELETE 0", 0)),
     ("CREATE TABLE t (a int)", None, _none("CREATE")),

@@ -10,7 +10,12 @@ the number of line breaks, so a one-line note answers 500 after it was saved.
 ``NOTES_JWT=jose`` makes the tokens with python-jose instead, as FastAPI's tutorial did
 before it moved to PyJWT (``from jose import JWTError, jwt``; the same calls).
 
-Environment: ``DATABASE_URL``, ``NOTES_SECRET_KEY``, ``NOTES_FIXED``, ``NOTES_JWT``.
+``NOTES_KEY_ID=1`` names the key in the token's header (``kid``) and reads that header
+before the token is verified to choose the key, as services that rotate keys and
+Flask-JWT-Extended do (``jwt.get_unverified_header``).
+
+Environment: ``DATABASE_URL``, ``NOTES_SECRET_KEY``, ``NOTES_FIXED``, ``NOTES_JWT``,
+``NOTES_KEY_ID``.
 ``python app.py init USER PASSWORD`` creates the tables and the user;
 ``uvicorn app:app`` serves it.
 """
@@ -39,6 +44,8 @@ from werkzeug.security import check_password_hash, generate_password_hash
 
 SECRET_KEY = os.environ.get("NOTES_SECRET_KEY", "dev-key-of-at-least-thirty-two-bytes!")
 ALGORITHM = "HS256"
+KEY_ID = "current" if os.environ.get("NOTES_KEY_ID") == "1" else None
+KEYS = {"current": SECRET_KEY}
 _dsn = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:9/postgres")
 engine = create_engine("postgresql+psycopg2://" + _dsn.removeprefix("postgresql://"))
 app = FastAPI()
@@ -89,7 +96,12 @@ def get_current_user(token: Annotated[str, Depends(oauth2_scheme)], session: Ses
         headers={"WWW-Authenticate": "Bearer"},
     )
     try:
-        payload = jwt.decode(token, SECRET_KEY, algorithms=[ALGORITHM])
+        key = SECRET_KEY
+        if KEY_ID is not None:
+            key = KEYS.get(jwt.get_unverified_header(token).get("kid"), "")
+            if not key:
+                raise refused
+        payload = jwt.decode(token, key, algorithms=[ALGORITHM])
     except InvalidTokenError:
         raise refused from None
     user = session.scalar(select(User).where(User.username == payload.get("sub")))
@@ -114,7 +126,9 @@ def login(form: Login, session: SessionDep) -> dict[str, str]:
     if user is None or not check_password_hash(user.hashed_password, form.password):
         raise HTTPException(status_code=400, detail="Incorrect username or password")
     expire = datetime.datetime.now(datetime.UTC) + datetime.timedelta(minutes=30)
-    token = jwt.encode({"sub": user.username, "exp": expire}, SECRET_KEY, algorithm=ALGORITHM)
+    headers = {"kid": KEY_ID} if KEY_ID is not None else None
+    claims = {"sub": user.username, "exp": expire}
+    token = jwt.encode(claims, SECRET_KEY, algorithm=ALGORITHM, headers=headers)
     return {"access_token": token, "token_type": "bearer"}
 
 

@@ -8,8 +8,10 @@ of line breaks, so a one-line note answers 500 after it was saved. ``NOTES_FIXED
 fix.
 
 Environment: ``DATABASE_URL`` (PostgreSQL), ``NOTES_SECRET_KEY`` (the production key),
-``NOTES_FIXED``. ``python app.py init USER PASSWORD`` creates the tables and the user;
-``gunicorn app:app`` serves it.
+``NOTES_FIXED``, ``NOTES_SESSION_PROTECTION`` (Flask-Login's ``SESSION_PROTECTION``: ``basic``
+by default, ``strong`` logs out a session presented from another client address).
+``python app.py init USER PASSWORD`` creates the tables and the user; ``gunicorn app:app``
+serves it.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ _dsn = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:9/postgre
 
 app = Flask(__name__)
 app.config["SECRET_KEY"] = os.environ.get("NOTES_SECRET_KEY", "dev")
+app.config["SESSION_PROTECTION"] = os.environ.get("NOTES_SESSION_PROTECTION", "basic")
 app.config["SQLALCHEMY_DATABASE_URI"] = "postgresql+psycopg2://" + _dsn.removeprefix(
     "postgresql://"
 )
