@@ -170,7 +170,13 @@ def _import_hooks_to_place() -> list[tuple[str, Hook]]:
     nothing for them: none is imported at start-up (``_import_hooks.py``). One already
     imported is patched at once.
     """
-    from reproit_otel.instrumentation import asgi, credentials, django, wsgi  # after the guard
+    from reproit_otel.instrumentation import (  # after the guard
+        asgi,
+        credentials,
+        django,
+        django_contenttypes,
+        wsgi,
+    )
 
     def calling(install: Callable[[], object]) -> Hook:
         return lambda module: install()
@@ -182,17 +188,10 @@ def _import_hooks_to_place() -> list[tuple[str, Hook]]:
         (django.ASGI_HANDLER_MODULE, calling(django.install_django_asgi)),
     ]
     hooks += [(name, credentials.install_seams_of) for name in credentials.SEAM_MODULES]
-    hooks.append((CONTENTTYPES_APPS_MODULE, calling(_install_contenttypes)))
+    hooks.append(
+        (django_contenttypes.APPS_MODULE, calling(django_contenttypes.install_contenttypes))
+    )
     return hooks
-
-
-CONTENTTYPES_APPS_MODULE = "django.contrib.contenttypes.apps"
-
-
-def _install_contenttypes() -> None:
-    importlib.import_module(
-        "reproit_otel.instrumentation.django_contenttypes"
-    ).install_contenttypes()
 
 
 def _install_error_hooks() -> None:

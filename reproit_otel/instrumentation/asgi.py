@@ -59,8 +59,7 @@ from reproit_otel.capture.inbound import (
     single_or_list,
 )
 from reproit_otel.failures import note_exception
-from reproit_otel.instrumentation.wsgi import replayed_server
-from reproit_otel.replay.session import active_session
+from reproit_otel.replay.session import active_session, recorded_server_address
 from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.inputs import http_input
 from reproit_otel.wire.request_record import REQUEST_FIELD, recorded_request
@@ -258,8 +257,7 @@ class _Response:
 
 def _as_recorded_server(scope: Scope) -> Scope:
     """In replay: the scope with the server address production's request was received on."""
-    session = active_session()
-    address = None if session is None else replayed_server(session)
+    address = recorded_server_address()
     return scope if address is None else {**scope, "server": address}
 
 

@@ -225,6 +225,10 @@ _WRAPPERS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
 }
 
 
+APPS_MODULE = "django.contrib.contenttypes.apps"
+"""Where ``ContentTypesConfig`` lives: the bootstrap patches when the application imports it."""
+
+
 def _config_class() -> Any:
     try:
         # Importable without settings: the app's configuration, not its models.
@@ -301,7 +305,7 @@ def installed() -> bool:
 def uninstall_contenttypes() -> None:
     """Restore every patched lookup, and the app's ``ready``, exactly (imports nothing: a
     content types app never imported was never patched)."""
-    if "django.contrib.contenttypes.apps" not in sys.modules:
+    if APPS_MODULE not in sys.modules:
         _emptied_for[0] = None
         return
     config_class = _config_class()

@@ -66,16 +66,10 @@ from reproit_otel.capture.inbound import (
     reset_inbound,
 )
 from reproit_otel.failures import note_exception
-from reproit_otel.replay.session import active_session
+from reproit_otel.replay.session import active_session, recorded_server_address
 from reproit_otel.wire._js import UNSET
 from reproit_otel.wire.inputs import http_input
-from reproit_otel.wire.replay import ReplaySession
-from reproit_otel.wire.request_record import (
-    REQUEST_FIELD,
-    recorded_request,
-    recorded_server,
-    title_case,
-)
+from reproit_otel.wire.request_record import REQUEST_FIELD, recorded_request, title_case
 
 __all__ = ["ReproitWSGIMiddleware", "install_flask", "uninstall_flask", "wsgi_call"]
 
@@ -456,22 +450,9 @@ class _WSGIRequest(InboundRequest):
 def _as_recorded_server(environ: dict[str, Any]) -> None:
     """In replay: the server address production's request was received on (the replayed
     application listens on ``check``'s port, production's on its own)."""
-    session = active_session()
-    address = None if session is None else replayed_server(session)
+    address = recorded_server_address()
     if address is not None:
         environ["SERVER_NAME"], environ["SERVER_PORT"] = address[0], str(address[1])
-
-
-def replayed_server(session: ReplaySession) -> tuple[str, int] | None:
-    """The recorded server address of ``session``'s request (read once per session)."""
-    known = _replayed_server
-    if known[0] is not session:
-        known[:] = [session, recorded_server(session.capsule)]
-    address: tuple[str, int] | None = known[1]
-    return address
-
-
-_replayed_server: list[Any] = [None, None]
 
 
 def wsgi_call(

@@ -40,6 +40,7 @@ from reproit_otel.wire._js import has_lone_surrogate
 from reproit_otel.wire._jsparse import js_json_parse
 from reproit_otel.wire.capsule import capsule_from_batch, validate_capsule
 from reproit_otel.wire.replay import ReplaySession, live_redactor
+from reproit_otel.wire.request_record import recorded_server
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
 
@@ -53,6 +54,7 @@ __all__ = [
     "note_quiet_refusal",
     "quiet_refusal_count",
     "read_capsule_file",
+    "recorded_server_address",
     "report_divergence",
     "write_stderr_line",
 ]
@@ -159,6 +161,23 @@ def deactivate() -> None:
 def active_session() -> ReplaySession | None:
     """The session being replayed in this process, or ``None`` outside replay."""
     return _session
+
+
+def recorded_server_address() -> tuple[str, int] | None:
+    """The server address the active session's request was received on in production
+    (``input.request.server``: the replayed application listens on ``check``'s port), read
+    once per session; ``None`` outside replay or when the capture holds none."""
+    session = _session
+    if session is None:
+        return None
+    known = _recorded_server
+    if known[0] is not session:
+        known[:] = [session, recorded_server(session.capsule)]
+    address: tuple[str, int] | None = known[1]
+    return address
+
+
+_recorded_server: list[Any] = [None, None]
 
 
 def report_divergence(line: str) -> None:
