@@ -1,4 +1,5 @@
-"""How many calls reproit-otel's own code makes per request: ``python -m benchmarks.capture_calls``.
+"""How many calls and bytecode instructions reproit-otel's own code runs per request:
+``python -m benchmarks.capture_calls``.
 
 Timings of a few dozen microseconds move with the machine's other work; the number of
 function calls our code makes does not. On CPython each call (of a Python function, of a C
@@ -15,7 +16,12 @@ libraries' own calls not). Prints calls per request by module, and with ``--func
 functions that make the most. A third child, ``floor`` (OpenTelemetry and the reference-keeping
 stand-in of ``benchmarks/_floor.py`` switched on, as ``capture_paired.py`` measures it), counts
 the calls made from the floor's frames the same way: the bar capture's count is held against.
-Writes nothing. Deterministic: the same code gives the same counts on any machine.
+Then a trace hook counts, over N more requests, the bytecode instructions run in those frames
+(the floor's in its own): a call is one event however much it does, and the instructions are
+the rest of what the Python of a healthy request costs, so the two counts together say how far
+capture is from the floor without a clock. Prints both tables (instructions by module after
+calls), and ``--functions N`` lists the N functions making the most of each.
+Writes nothing. Deterministic: the same code and Python give the same counts on any machine.
 
 ``--child SHAPE N`` is the child's own entry point.
 """
@@ -27,6 +33,7 @@ import collections
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -87,7 +94,43 @@ def _child(shape: str, count: int) -> dict[str, Any]:
             one(index)
     finally:
         sys.setprofile(None)
-    return {"shape": shape, "requests": count, "calls": dict(counts)}
+    return {
+        "shape": shape,
+        "requests": count,
+        "calls": dict(counts),
+        "opcodes": _opcodes(one, count, owner),
+    }
+
+
+def _opcodes(
+    one: Callable[[int], None], count: int, owner: Callable[[FrameType], str | None]
+) -> dict[str, int]:
+    """Bytecode instructions run in frames ``owner`` names, by function, over ``count`` more
+    requests. A call counts as one event whatever it does; the instructions say how much
+    Python runs in it, the rest of what a healthy request pays for."""
+    counts: collections.Counter[str] = collections.Counter()
+
+    def tracer(frame: FrameType, event: str, arg: object) -> Any:
+        name = owner(frame)
+        if name is None:
+            return None  # no local tracing of a frame that is not ours
+        frame.f_trace_opcodes = True
+        frame.f_trace_lines = False
+
+        def local(frame: FrameType, event: str, arg: object) -> Any:
+            if event == "opcode":
+                counts[name] += 1
+            return local
+
+        return local
+
+    sys.settrace(tracer)
+    try:
+        for index in range(count):
+            one(index)
+    finally:
+        sys.settrace(None)
+    return dict(counts)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -106,6 +149,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(_child(args.child[0], int(args.child[1]))))
         return
     per_request: dict[str, dict[str, float]] = {}
+    opcodes: dict[str, dict[str, float]] = {}
     with in_process_environment() as env:
         for shape in (*SHAPES, "floor"):
             command = [PYTHON, "-m", "benchmarks.capture_calls"]
@@ -117,28 +161,43 @@ def main(argv: list[str] | None = None) -> None:
             per_request[shape] = {
                 name: count / document["requests"] for name, count in document["calls"].items()
             }
+            opcodes[shape] = {
+                name: count / document["requests"] for name, count in document["opcodes"].items()
+            }
     floor = per_request.pop("floor")
+    floor_opcodes = opcodes.pop("floor")
+    _table("calls per request", per_request)
+    print(f"{'the floor (benchmarks/_floor.py), on':<44}{'':>12}{sum(floor.values()):>12.1f}")
+    _table("bytecode instructions per request", opcodes)
+    print(
+        f"{'the floor (benchmarks/_floor.py), on':<44}{'':>12}"
+        f"{sum(floor_opcodes.values()):>12.1f}"
+    )
+    if args.functions:
+        for what, counted in (("calls", per_request), ("bytecode instructions", opcodes)):
+            print(f"\nfunctions running the most {what}, capture on (per request):")
+            ranked = sorted(counted["reproit-on"].items(), key=lambda item: -item[1])
+            for name, count in ranked[: args.functions]:
+                print(f"{count:8.1f}  {name}")
+
+
+def _table(title: str, per_request: dict[str, dict[str, float]]) -> None:
+    """Per module, capture off and on, then the totals."""
     modules: dict[str, dict[str, float]] = {shape: {} for shape in SHAPES}
-    for shape, calls in per_request.items():
-        for name, count in calls.items():
+    for shape, counted in per_request.items():
+        for name, count in counted.items():
             module = name.split(":", 1)[0]
             modules[shape][module] = modules[shape].get(module, 0.0) + count
     names = sorted(
         set(modules["reproit-on"]) | set(modules["reproit-off"]),
         key=lambda name: -modules["reproit-on"].get(name, 0.0),
     )
-    print(f"{'calls per request':<44}{'capture off':>12}{'capture on':>12}")
+    print(f"\n{title:<44}{'capture off':>12}{'capture on':>12}")
     for name in names:
         off, on = modules["reproit-off"].get(name, 0.0), modules["reproit-on"].get(name, 0.0)
         print(f"{name:<44}{off:>12.1f}{on:>12.1f}")
-    totals = {shape: sum(calls.values()) for shape, calls in per_request.items()}
+    totals = {shape: sum(counted.values()) for shape, counted in per_request.items()}
     print(f"{'total':<44}{totals['reproit-off']:>12.1f}{totals['reproit-on']:>12.1f}")
-    print(f"{'the floor (benchmarks/_floor.py), on':<44}{'':>12}{sum(floor.values()):>12.1f}")
-    if args.functions:
-        print("\nfunctions making the most calls, capture on (per request):")
-        ranked = sorted(per_request["reproit-on"].items(), key=lambda item: -item[1])
-        for name, count in ranked[: args.functions]:
-            print(f"{count:8.1f}  {name}")
 
 
 if __name__ == "__main__":

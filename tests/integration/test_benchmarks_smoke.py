@@ -138,27 +138,32 @@ def test_capture_path_against_a_baseline_smoke() -> None:
 
 
 def test_capture_calls_smoke() -> None:
-    # Calls per request by module, capture off and on: every hook of the healthy path shows
-    # up, capture on makes more calls than capture off, and the floor's count is printed
-    # beside them (counts, not timings).
+    # Calls and bytecode instructions per request by module, capture off and on: every hook
+    # of the healthy path shows up in both tables, capture on runs more than capture off, and
+    # the floor's counts are printed beside them (counts, not timings).
     done = _benchmark("capture_calls", "--requests", "20", "--functions", "5")
-    rows: dict[str, list[float]] = {}
+    tables: list[dict[str, list[float]]] = []
     for line in done.stdout.splitlines():
         fields = line.split()
-        if len(fields) == 3 and fields[0].endswith((".py", "total")):
-            rows[fields[0]] = [float(fields[1]), float(fields[2])]
-    for module in (
-        "capture/processor.py",
-        "capture/operation.py",
-        "instrumentation/wsgi.py",
-        "instrumentation/_pg_record.py",
-    ):
-        assert module in rows, module
-    off, on = rows["total"]
-    assert on > off > 0
+        if line.startswith(("calls per request", "bytecode instructions per request")):
+            tables.append({})
+        elif tables and len(fields) == 3 and fields[0].endswith((".py", "total")):
+            tables[-1][fields[0]] = [float(fields[1]), float(fields[2])]
+    assert len(tables) == 2, done.stdout
+    for rows in tables:
+        for module in (
+            "capture/processor.py",
+            "capture/operation.py",
+            "instrumentation/wsgi.py",
+            "instrumentation/_pg_record.py",
+        ):
+            assert module in rows, module
+        off, on = rows["total"]
+        assert on > off > 0
     floor = [line for line in done.stdout.splitlines() if line.startswith("the floor ")]
-    assert len(floor) == 1 and float(floor[0].split()[-1]) > 0, floor
-    assert "functions making the most calls" in done.stdout
+    assert len(floor) == 2 and all(float(line.split()[-1]) > 0 for line in floor), floor
+    assert "functions running the most calls" in done.stdout
+    assert "functions running the most bytecode instructions" in done.stdout
 
 
 @pytest.mark.postgres
