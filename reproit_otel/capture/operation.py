@@ -81,7 +81,6 @@ from __future__ import annotations
 import enum
 import functools
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -274,19 +273,11 @@ class ExchangeBinding(recording.ExchangeRecorder):
             self._unclaimed.pop()
         except IndexError:
             return
-        operation = self.operation
         try:
-            if (
-                not operation.eager
-                and operation._trace is None
-                and effect in _BOUNDARY_EFFECTS
-                and operation._log_quickly(self, effect, build, held)
-            ):
-                return
             if effect in recording.EFFECT_KINDS:
-                operation.exchange_deferred(self, effect, build, self.library, held)
+                self.operation.exchange_deferred(self, effect, build, self.library, held)
             else:
-                operation.exchange_failed(
+                self.operation.exchange_failed(
                     self, f"{self.library}: unknown effect kind {effect!r}"
                 )
         except Exception as exc:
@@ -306,8 +297,6 @@ class OperationSettings:
         "budget",
         "build",
         "effects_never",
-        "held_room",
-        "log_room",
         "max_events",
         "max_spans",
         "on_incomplete",
@@ -349,11 +338,6 @@ class OperationSettings:
         self.budget = budget
         self.build = build
         self.max_events = max(MAX_EVENTS, max_events)
-        # What Operation._log_quickly compares with: the exchanges a trace not opened may log
-        # (one slot kept for the return event, and with a budget one more, as
-        # exchange_deferred keeps), and the bytes they may hold (no bound without a budget).
-        self.log_room = self.max_events - (2 if budget else 1)
-        self.held_room = budget if budget else sys.maxsize
 
 
 class Operation:
@@ -977,43 +961,6 @@ class Operation:
             if self.handed_off or self.evicted:
                 self._late_tally()
 
-    def _log_quickly(
-        self, binding: ExchangeBinding, effect: str, build: DeferredExchange, held: int
-    ) -> bool:
-        """The healthy path of :meth:`exchange_deferred`: a capture whose trace is not opened,
-        not eager, not closed, with room for the exchange within its event cap and capture
-        budget, logs it with its stamp and nothing else. False, with nothing changed, when
-        any of that does not hold: :meth:`exchange_deferred` then takes the exchange."""
-        settings = self._settings
-        with self._lock:
-            log = self._log
-            if (
-                binding.state is not ExchangeState.PENDING
-                or self.eager
-                or self._closed
-                or self.evicted
-                or self._trace is not None
-                or self._capped
-                or self._unheld
-                or len(log) >= settings.log_room
-                or self.held + held > settings.held_room
-            ):
-                return False
-            binding.state = ExchangeState.DONE
-            self.pending -= 1
-            self.held += held
-            log.append(
-                (
-                    effect,
-                    build,
-                    binding.library,
-                    (next(trace_log._sequence), _monotonic_ns()),
-                    binding.issued,
-                )
-            )
-            self._recorded += 1
-        return True
-
     def exchange_deferred(
         self,
         binding: ExchangeBinding,
@@ -1327,15 +1274,6 @@ class Operation:
             recording.settle_handed_over()
         if self._closed or self.evicted:
             return
-        if (
-            status is not None
-            and status < 500
-            and output is None
-            and not self.eager
-            and self._trace is None
-            and self._finish_healthy(status, output_factory)
-        ):
-            return
         if self.scan or (status is not None and status >= 500):
             wanted = True
         else:  # _wanted(), the common case inline: a trace never opened has no oracle marker
@@ -1441,45 +1379,6 @@ class Operation:
             self._amend_output(self.error)  # noted while the return event was being pushed
         if self.span_ended:
             self._settings.on_ready(self)
-
-    def _finish_healthy(self, status: int, output_factory: Callable[[], Any] | None) -> bool:
-        """The healthy path of :meth:`finish`: a capture whose trace is not opened and not
-        eager answers under 500 with nothing pending, every span it logged ended and room for
-        its return event. Only its ``return`` is kept, as :meth:`finish` keeps it for a trace
-        not opened (complete unless a reason was given). False, with nothing changed, when
-        any of that does not hold: :meth:`finish` then decides it as for any other."""
-        with self._lock:
-            if (
-                self._closed
-                or self.evicted
-                or self.eager
-                or self.pending
-                or self._build_failures
-                or self._trace is not None
-                or len(self._log) + 1 >= self._settings.max_events
-            ):
-                return False
-            try:
-                for entry in self.span_log:
-                    if entry[2]._end_time is None:  # an SDK span (see on_start)
-                        return False
-            except AttributeError:
-                return False
-            self.status = status
-            self._closed = True
-            self._returned = (
-                None,
-                status,
-                True,
-                not self._settings.effects_never and not self.reasons,
-                output_factory,  # guarded by _open
-                (next(trace_log._sequence), _monotonic_ns()),
-                False,
-            )
-        self.finished = True
-        if self.span_ended:
-            self._settings.on_ready(self)
-        return True
 
     def end_root(self) -> bool:
         """The server span ended. True when the operation is now ready to hand off.

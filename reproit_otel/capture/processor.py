@@ -692,9 +692,8 @@ class ReproitSpanProcessor(SpanProcessor):
         trace_id = operation.otel_trace_id
         for entry in operation.span_log:
             self._spans.pop((trace_id, entry[0]), None)
-        if operation.spans:  # empty unless the operation became eager
-            for span_id in list(operation.spans):
-                self._spans.pop((trace_id, span_id), None)
+        for span_id in list(operation.spans):
+            self._spans.pop((trace_id, span_id), None)
         self._spans.pop((trace_id, operation.root_span_id), None)
 
     def _on_end(self, span: ReadableSpan, operation: Operation) -> None:
@@ -728,8 +727,7 @@ class ReproitSpanProcessor(SpanProcessor):
         tally = operation.take_tally()
         with self._lock:
             stats = self._stats
-            if tally != _NO_TALLY:
-                self._add_locked(tally)
+            self._add_locked(tally)
             if operation.handed_off or operation.evicted:
                 return
             operation.handed_off = True
@@ -748,7 +746,7 @@ class ReproitSpanProcessor(SpanProcessor):
                 operation.let_go()
                 return
             stats["operations_submitted"] += 1
-        if operation._trace is None:  # trace_opened, read directly: every capture passes here
+        if not operation.trace_opened:
             # A capture whose trace was never opened. Healthy (no failure status, no oracle
             # marker): a sink that only takes failures hears of it without its trace being
             # opened. Failing: a sink that can opens it on its own thread, so its events are
@@ -827,9 +825,6 @@ def _error_of_span(span: ReadableSpan, secrets: tuple[str, ...]) -> dict[str, An
 
 def _same(value: Any) -> Any:
     return value
-
-
-_NO_TALLY = (0, 0, 0, 0)  # what take_tally() gives when nothing was counted
 
 
 class _OpenBinding(threading.local):
