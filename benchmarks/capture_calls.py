@@ -170,8 +170,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'the floor (benchmarks/_floor.py), on':<44}{'':>12}{sum(floor.values()):>12.1f}")
     _table("bytecode instructions per request", opcodes)
     print(
-        f"{'the floor (benchmarks/_floor.py), on':<44}{'':>12}"
-        f"{sum(floor_opcodes.values()):>12.1f}"
+        f"{'the floor (benchmarks/_floor.py), on':<44}{'':>12}{sum(floor_opcodes.values()):>12.1f}"
     )
     if args.functions:
         for what, counted in (("calls", per_request), ("bytecode instructions", opcodes)):
