@@ -40,6 +40,11 @@ from typing import Any
 from benchmarks._common import PYTHON, ROOT, in_process_environment
 
 SHAPES = ("reproit-off", "reproit-on")
+# What a child counts: its key in the child's document, the title of its table, its name.
+_COUNTS = {
+    "calls": ("calls per request", "calls"),
+    "opcodes": ("bytecode instructions per request", "bytecode instructions"),
+}
 _PACKAGE = "reproit_otel/"
 _FLOOR = "benchmarks/_floor.py"
 
@@ -88,12 +93,7 @@ def _child(shape: str, count: int) -> dict[str, Any]:
         if name is not None:
             counts[name] += 1
 
-    sys.setprofile(profile)
-    try:
-        for index in range(count):
-            one(index)
-    finally:
-        sys.setprofile(None)
+    _run_hooked(sys.setprofile, profile, one, count)
     return {
         "shape": shape,
         "requests": count,
@@ -124,13 +124,21 @@ def _opcodes(
 
         return local
 
-    sys.settrace(tracer)
+    _run_hooked(sys.settrace, tracer, one, count)
+    return dict(counts)
+
+
+def _run_hooked(
+    set_hook: Callable[[Any], None], hook: Any, one: Callable[[int], None], count: int
+) -> None:
+    """``count`` requests with ``hook`` set by ``set_hook`` (``sys.setprofile`` or
+    ``sys.settrace``), which is cleared again whatever happens."""
+    set_hook(hook)
     try:
         for index in range(count):
             one(index)
     finally:
-        sys.settrace(None)
-    return dict(counts)
+        set_hook(None)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -148,8 +156,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         print(json.dumps(_child(args.child[0], int(args.child[1]))))
         return
-    per_request: dict[str, dict[str, float]] = {}
-    opcodes: dict[str, dict[str, float]] = {}
+    # Per count ("calls", "opcodes"), per shape, per function: the count per request.
+    counted: dict[str, dict[str, dict[str, float]]] = {kind: {} for kind in _COUNTS}
     with in_process_environment() as env:
         for shape in (*SHAPES, "floor"):
             command = [PYTHON, "-m", "benchmarks.capture_calls"]
@@ -158,24 +166,18 @@ def main(argv: list[str] | None = None) -> None:
                 command, cwd=ROOT, env=env, check=True, capture_output=True, text=True
             ).stdout
             document = json.loads(output.strip().splitlines()[-1])
-            per_request[shape] = {
-                name: count / document["requests"] for name, count in document["calls"].items()
-            }
-            opcodes[shape] = {
-                name: count / document["requests"] for name, count in document["opcodes"].items()
-            }
-    floor = per_request.pop("floor")
-    floor_opcodes = opcodes.pop("floor")
-    _table("calls per request", per_request)
-    print(f"{'the floor (benchmarks/_floor.py), on':<44}{'':>12}{sum(floor.values()):>12.1f}")
-    _table("bytecode instructions per request", opcodes)
-    print(
-        f"{'the floor (benchmarks/_floor.py), on':<44}{'':>12}{sum(floor_opcodes.values()):>12.1f}"
-    )
+            for kind, shapes in counted.items():
+                shapes[shape] = {
+                    name: count / document["requests"] for name, count in document[kind].items()
+                }
+    for kind, (title, _) in _COUNTS.items():
+        floor = counted[kind].pop("floor")
+        _table(title, counted[kind])
+        print(f"{'the floor (benchmarks/_floor.py), on':<44}{'':>12}{sum(floor.values()):>12.1f}")
     if args.functions:
-        for what, counted in (("calls", per_request), ("bytecode instructions", opcodes)):
+        for kind, (_, what) in _COUNTS.items():
             print(f"\nfunctions running the most {what}, capture on (per request):")
-            ranked = sorted(counted["reproit-on"].items(), key=lambda item: -item[1])
+            ranked = sorted(counted[kind]["reproit-on"].items(), key=lambda item: -item[1])
             for name, count in ranked[: args.functions]:
                 print(f"{count:8.1f}  {name}")
 
