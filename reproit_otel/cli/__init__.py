@@ -23,6 +23,7 @@ import sys
 from collections.abc import Sequence
 
 from reproit_otel._version import __version__
+from reproit_otel.cli.terminal import silence
 
 __all__ = ["SUBCOMMAND_MODULES", "build_parser", "main"]
 
@@ -59,5 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help(sys.stderr)
         return 2
-    code: int = handler(args)
+    try:
+        code: int = handler(args)
+    except BrokenPipeError:  # output written straight to a pipe whose reader went away
+        silence(sys.stdout)
+        return 1
     return code

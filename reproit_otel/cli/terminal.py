@@ -18,11 +18,12 @@ print a line that looks like a verdict. Every printer of the CLI goes through th
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from typing import Any, TextIO
 
-__all__ = ["json_text", "say", "shown", "terminal_capsule"]
+__all__ = ["json_text", "say", "shown", "silence", "terminal_capsule"]
 
 # Bidi embeddings, overrides, isolates and marks; zero-width characters; line and paragraph
 # separators; the byte order mark used as a zero-width no-break space.
@@ -50,8 +51,30 @@ def shown(value: object) -> str:
 
 def say(text: str = "", *, file: TextIO | None = None) -> None:
     """Print ``text`` (lines the CLI composed) with control characters other than its line
-    breaks made visible."""
-    print(_UNSAFE_BUT_NEWLINE.sub(_escape, text), file=sys.stdout if file is None else file)
+    breaks made visible.
+
+    A reader that went away (``reproit-otel check ... | head``) silences the stream rather
+    than ending the command: it runs to its end and keeps its exit code (a verdict's).
+    """
+    stream = sys.stdout if file is None else file
+    try:
+        print(_UNSAFE_BUT_NEWLINE.sub(_escape, text), file=stream)
+    except BrokenPipeError:
+        silence(stream)
+
+
+def silence(stream: TextIO) -> None:
+    """Point ``stream``'s file descriptor at the null device: its reader closed the pipe, and
+    neither later output nor the flush at exit should raise (or print a traceback) for it."""
+    try:
+        target = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, target)
+    finally:
+        os.close(null)
 
 
 def json_text(value: Any, *, indent: int | None = 2) -> str:

@@ -5,7 +5,8 @@ a screen clear, a new line with a fake verdict and a bidi override is captured b
 ``reproit-otel serve``; ``list``, ``show``, ``pull`` (to a terminal and to a pipe),
 ``check`` and ``doctor`` run as real subprocesses and must print every such character as a
 visible escape. A capsule whose operation no HTTP request line can carry makes ``check
---exec`` exit 2 with a message naming the field, before anything is started.
+--exec`` exit 2 with a message naming the field, before anything is started. A reader that
+went away (``check ... | head``) costs no traceback, and ``check`` keeps its verdict's code.
 """
 
 from __future__ import annotations
@@ -175,3 +176,38 @@ def test_doctor_prints_what_it_was_given_escaped(tmp_path: Path) -> None:
     )
     assert _clean(result)
     assert "mod\\x1b[2J\\u202e" in result.stdout
+
+
+def _to_closed_pipe(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the CLI with its standard output a pipe nobody reads any more (``... | head``
+    after ``head`` exited): the read end is closed before the command starts."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run(
+            cli_command(*args),
+            check=False,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            env={**os.environ, "REPROIT_API_KEY": KEY},
+        )
+    finally:
+        os.close(write_end)
+
+
+def test_a_reader_that_went_away_ends_no_command_with_a_traceback(
+    served: ServedIngest, occurrence: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "capsule.json"
+    assert _run("pull", occurrence, "--ingest", served.base_url, "-o", str(path)).returncode == 0
+    read = _run("check", str(path))
+    assert read.stdout  # it prints a verdict, and exits with its code
+    # The verdict's exit code is kept: the command runs to its end, its output silenced.
+    piped = _to_closed_pipe("check", str(path))
+    assert (piped.returncode, piped.stderr) == (read.returncode, read.stderr)
+    # A capsule written straight to standard output: exit 1, no traceback.
+    pulled = _to_closed_pipe("pull", occurrence, "--ingest", served.base_url)
+    assert pulled.returncode == 1
+    assert "Traceback" not in pulled.stderr and "BrokenPipeError" not in pulled.stderr
