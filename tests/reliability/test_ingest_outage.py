@@ -9,6 +9,7 @@ complete while the ingest still holds an upload unanswered.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -55,6 +56,21 @@ def _environ(endpoint: str, **extra: str) -> dict[str, str]:
 def _uploader(service: Served) -> Uploader:
     [sink] = [s for s in service.sinks() if isinstance(s, Uploader)]
     return sink
+
+
+def _stats_once_captured(uploader: Uploader, captured: int) -> dict[str, Any]:
+    """The uploader's counters once it has taken ``captured`` operations (waiting at most 30 s).
+
+    The last request's operation reaches the uploader when its server span ends, which may
+    come just after the response reached the client; an ingest that hangs leaves no flush to
+    wait on.
+    """
+    deadline = time.monotonic() + 30.0
+    stats = uploader.stats()
+    while stats["captured_operations"] < captured and time.monotonic() < deadline:
+        time.sleep(0.02)
+        stats = uploader.stats()
+    return stats
 
 
 def _counters(stats: dict[str, Any]) -> dict[str, Any]:
@@ -123,7 +139,7 @@ def test_requests_complete_while_the_ingest_holds_an_upload_unanswered(
             assert len(hanging) >= 1
             later = [exercise(service.base) for _ in range(3)]
             uploader = _uploader(service)
-            stats = uploader.stats()
+            stats = _stats_once_captured(uploader, 4 * FAILURES_PER_RUN)
             # Still unanswered: the ingest only lets go when it stops (below).
             assert not ingest._stopping.is_set()
             seen = list(service.seen)
@@ -150,7 +166,7 @@ def test_a_full_queue_drops_the_oldest_and_keeps_serving(
         environ = _environ(ingest.url, REPROIT_REQUEST_TIMEOUT_MS="60000")
         with served(upstream.base, postgres_dsn, environ) as service:
             statuses = [fetch(service.base, "GET", "/fail")[0] for _ in range(80)]
-            stats = _uploader(service).stats()
+            stats = _stats_once_captured(_uploader(service), 80)
     finally:
         ingest.stop()
     assert statuses == [502] * 80
