@@ -77,6 +77,10 @@ class Library:
 
 _NO_SERVER_SPAN = "its requests start no server span, so their failures are not captured"
 _NO_CLIENT_SPAN = "its calls make no span, so captures cannot tell whether they are complete"
+_NO_THREAD_CONTEXT = (
+    "calls a request makes on other threads (ThreadPoolExecutor, threading.Thread) are "
+    "outside it, so they are not recorded and its captures claim complete effects without them"
+)
 
 LIBRARIES: tuple[Library, ...] = (
     Library(
@@ -134,6 +138,14 @@ LIBRARIES: tuple[Library, ...] = (
         "opentelemetry-instrumentation-psycopg",
         "opentelemetry.instrumentation.psycopg:PsycopgInstrumentor",
         _NO_CLIENT_SPAN,
+    ),
+    Library(
+        "threading",
+        "threading",
+        "threading",
+        "opentelemetry-instrumentation-threading",
+        "opentelemetry.instrumentation.threading:ThreadingInstrumentor",
+        _NO_THREAD_CONTEXT,
     ),
 )
 """The libraries checked, in report order.

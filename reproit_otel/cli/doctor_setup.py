@@ -90,7 +90,9 @@ def package_findings(env: Mapping[str, str], imported: Iterable[str] | None) -> 
     if imported is None:
         used = installed_libraries()
     else:
-        used = sorted({name.partition(".")[0] for name in imported})
+        # threading was imported before the application's modules were: every application
+        # uses it, so its instrumentation is checked whatever the application imported.
+        used = sorted({name.partition(".")[0] for name in imported} | {"threading"})
     problems = instrumentation_problems(used, env)
     found += [Finding(level, "instrumented", problem.line()) for problem in problems]
     return found

@@ -218,6 +218,44 @@ def test_a_missing_instrumentation_of_an_imported_framework_is_an_error(tmp_path
     ]
 
 
+def test_threading_is_checked_for_every_application(tmp_path: Path) -> None:
+    # Every application imports threading: without its instrumentation a request's calls on
+    # a pool's threads are not its own (docs/capture.md, "Calls made on other threads").
+    (tmp_path / "app.py").write_text("import json\n", encoding="utf-8")
+    code, findings = _doctor(tmp_path, _env(tmp_path), "--import", "app")
+    assert (code, _problems(findings)) == (0, [])
+    lost = (
+        "calls a request makes on other threads (ThreadPoolExecutor, threading.Thread) are "
+        "outside it, so they are not recorded and its captures claim complete effects without "
+        "them"
+    )
+    off = _env(tmp_path, OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="threading")
+    code, findings = _doctor(tmp_path, off, "--import", "app")
+    assert code == 1
+    assert _problems(findings) == [
+        (
+            "error",
+            "instrumented",
+            "threading is used but its OpenTelemetry instrumentation is not active "
+            f"(OTEL_PYTHON_DISABLED_INSTRUMENTATIONS switches it off): {lost}; "
+            "fix: unset OTEL_PYTHON_DISABLED_INSTRUMENTATIONS",
+        )
+    ]
+    site = _site_without(tmp_path, "opentelemetry_instrumentation_threading-")
+    env = _env(tmp_path, site)
+    code, findings = _doctor(tmp_path, env, "--import", "app", python=(sys.executable, "-S"))
+    assert code == 1
+    assert _problems(findings) == [
+        (
+            "error",
+            "instrumented",
+            "threading is used but its OpenTelemetry instrumentation is not active "
+            f"(opentelemetry-instrumentation-threading is not installed): {lost}; "
+            "fix: pip install 'reproit-otel[otel]'",
+        )
+    ]
+
+
 def test_a_django_module_is_imported_with_django_set_up(tmp_path: Path) -> None:
     (tmp_path / "manage.py").write_text(
         "import os\nos.environ.setdefault('DJANGO_SETTINGS_MODULE', 'proj.settings')\n",
