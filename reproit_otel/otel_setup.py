@@ -73,6 +73,9 @@ class Library:
     """``module:Class`` of the instrumentor."""
     loses: str
     """What is lost while it is not active."""
+    every_application: bool = False
+    """Used by every application (a module of the standard library, imported before the
+    application's own): checked whatever the application imports."""
 
 
 _NO_SERVER_SPAN = "its requests start no server span, so their failures are not captured"
@@ -146,6 +149,7 @@ LIBRARIES: tuple[Library, ...] = (
         "opentelemetry-instrumentation-threading",
         "opentelemetry.instrumentation.threading:ThreadingInstrumentor",
         _NO_THREAD_CONTEXT,
+        every_application=True,
     ),
 )
 """The libraries checked, in report order.

@@ -33,6 +33,7 @@ from reproit_otel.cli.doctor import Finding, Level
 from reproit_otel.config import ReproitConfig
 from reproit_otel.delivery import describe_error, describe_status, endpoint_target
 from reproit_otel.otel_setup import (
+    LIBRARIES,
     exporter_problems,
     installed_exporters,
     installed_libraries,
@@ -90,9 +91,8 @@ def package_findings(env: Mapping[str, str], imported: Iterable[str] | None) -> 
     if imported is None:
         used = installed_libraries()
     else:
-        # threading was imported before the application's modules were: every application
-        # uses it, so its instrumentation is checked whatever the application imported.
-        used = sorted({name.partition(".")[0] for name in imported} | {"threading"})
+        always = {library.module for library in LIBRARIES if library.every_application}
+        used = sorted({name.partition(".")[0] for name in imported} | always)
     problems = instrumentation_problems(used, env)
     found += [Finding(level, "instrumented", problem.line()) for problem in problems]
     return found
