@@ -139,43 +139,40 @@ def test_a_mismatched_instrumentation_release_is_named_with_the_pinned_install(
     ]
 
 
-def test_httpx_is_a_recorded_client_whose_instrumentation_is_checked(tmp_path: Path) -> None:
-    (tmp_path / "app.py").write_text("import httpx\n", encoding="utf-8")
-    sound = _env(tmp_path)
-    code, findings = _doctor(tmp_path, sound, "--import", "app")
+def _switched_off_is_an_error(tmp_path: Path, source: str, entry_point: str, line: str) -> None:
+    """An application of ``source``: doctor finds nothing wrong, then, with ``entry_point``
+    in OTEL_PYTHON_DISABLED_INSTRUMENTATIONS, exactly one error, ``line``."""
+    (tmp_path / "app.py").write_text(source, encoding="utf-8")
+    code, findings = _doctor(tmp_path, _env(tmp_path), "--import", "app")
     assert (code, _problems(findings)) == (0, [])
-    off = _env(tmp_path, OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="httpx")
+    off = _env(tmp_path, OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=entry_point)
     code, findings = _doctor(tmp_path, off, "--import", "app")
     assert code == 1
-    assert _problems(findings) == [
-        (
-            "error",
-            "instrumented",
-            "httpx is used but its OpenTelemetry instrumentation is not active "
-            "(OTEL_PYTHON_DISABLED_INSTRUMENTATIONS switches it off): its calls make no span, "
-            "so captures cannot tell whether they are complete; "
-            "fix: unset OTEL_PYTHON_DISABLED_INSTRUMENTATIONS",
-        )
-    ]
+    assert _problems(findings) == [("error", "instrumented", line)]
+
+
+def test_httpx_is_a_recorded_client_whose_instrumentation_is_checked(tmp_path: Path) -> None:
+    _switched_off_is_an_error(
+        tmp_path,
+        "import httpx\n",
+        "httpx",
+        "httpx is used but its OpenTelemetry instrumentation is not active "
+        "(OTEL_PYTHON_DISABLED_INSTRUMENTATIONS switches it off): its calls make no span, "
+        "so captures cannot tell whether they are complete; "
+        "fix: unset OTEL_PYTHON_DISABLED_INSTRUMENTATIONS",
+    )
 
 
 def test_psycopg3_is_a_recorded_driver_whose_instrumentation_is_checked(tmp_path: Path) -> None:
-    (tmp_path / "app.py").write_text("import psycopg\n", encoding="utf-8")
-    code, findings = _doctor(tmp_path, _env(tmp_path), "--import", "app")
-    assert (code, _problems(findings)) == (0, [])
-    off = _env(tmp_path, OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="psycopg")
-    code, findings = _doctor(tmp_path, off, "--import", "app")
-    assert code == 1
-    assert _problems(findings) == [
-        (
-            "error",
-            "instrumented",
-            "psycopg 3 is used but its OpenTelemetry instrumentation is not active "
-            "(OTEL_PYTHON_DISABLED_INSTRUMENTATIONS switches it off): its calls make no span, "
-            "so captures cannot tell whether they are complete; "
-            "fix: unset OTEL_PYTHON_DISABLED_INSTRUMENTATIONS",
-        )
-    ]
+    _switched_off_is_an_error(
+        tmp_path,
+        "import psycopg\n",
+        "psycopg",
+        "psycopg 3 is used but its OpenTelemetry instrumentation is not active "
+        "(OTEL_PYTHON_DISABLED_INSTRUMENTATIONS switches it off): its calls make no span, "
+        "so captures cannot tell whether they are complete; "
+        "fix: unset OTEL_PYTHON_DISABLED_INSTRUMENTATIONS",
+    )
 
 
 def _site_without(tmp_path: Path, prefix: str) -> Path:
@@ -221,26 +218,19 @@ def test_a_missing_instrumentation_of_an_imported_framework_is_an_error(tmp_path
 def test_threading_is_checked_for_every_application(tmp_path: Path) -> None:
     # Every application imports threading: without its instrumentation a request's calls on
     # a pool's threads are not its own (docs/capture.md, "Calls made on other threads").
-    (tmp_path / "app.py").write_text("import json\n", encoding="utf-8")
-    code, findings = _doctor(tmp_path, _env(tmp_path), "--import", "app")
-    assert (code, _problems(findings)) == (0, [])
     lost = (
         "calls a request makes on other threads (ThreadPoolExecutor, threading.Thread) are "
         "outside it, so they are not recorded and its captures claim complete effects without "
         "them"
     )
-    off = _env(tmp_path, OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="threading")
-    code, findings = _doctor(tmp_path, off, "--import", "app")
-    assert code == 1
-    assert _problems(findings) == [
-        (
-            "error",
-            "instrumented",
-            "threading is used but its OpenTelemetry instrumentation is not active "
-            f"(OTEL_PYTHON_DISABLED_INSTRUMENTATIONS switches it off): {lost}; "
-            "fix: unset OTEL_PYTHON_DISABLED_INSTRUMENTATIONS",
-        )
-    ]
+    _switched_off_is_an_error(
+        tmp_path,
+        "import json\n",
+        "threading",
+        "threading is used but its OpenTelemetry instrumentation is not active "
+        f"(OTEL_PYTHON_DISABLED_INSTRUMENTATIONS switches it off): {lost}; "
+        "fix: unset OTEL_PYTHON_DISABLED_INSTRUMENTATIONS",
+    )
     site = _site_without(tmp_path, "opentelemetry_instrumentation_threading-")
     env = _env(tmp_path, site)
     code, findings = _doctor(tmp_path, env, "--import", "app", python=(sys.executable, "-S"))
